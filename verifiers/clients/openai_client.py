@@ -1,0 +1,335 @@
+"""Talking to OpenAI-compatible servers (vLLM, the embedded server, hosted APIs).
+
+Why the aiohttp transport: the openai SDK's default httpx transport spends
+several milliseconds of CPU per request at high concurrency, which on a small
+machine caps rollout throughput far below what the server can give. The SDK
+ships an aiohttp transport (``openai.DefaultAioHttpClient``); `make_client`
+uses it, and ``benchmarks/rollout_engine.py`` measures the difference.
+
+Why the low-level ``client.post``: we keep the SDK's auth, headers, retries
+(exponential backoff with jitter on 408/409/429/5xx and connection errors,
+``retry-after`` honoured) and error classes, but skip building its pydantic
+response objects, which both costs CPU and drops vLLM's token-id fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib
+import json
+import os
+import weakref
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import openai
+
+from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
+from verifiers.errors import (
+    BadRequestError,
+    EmptyResponseError,
+    ModelError,
+    ModelTimeoutError,
+    OverlongPromptError,
+    RateLimitError,
+    ServerError,
+)
+from verifiers.types import Messages, SamplingArgs
+
+_OVERLONG_MARKERS = (
+    "maximum context length",
+    "context length",
+    "context_length_exceeded",
+    "prompt is too long",
+    "too many tokens",
+)
+
+
+def _http_module() -> Any:
+    """The HTTP library the installed openai SDK is built on (httpx, or httpx2 in SDK 3.x)."""
+    for name in ("httpx2", "httpx"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("openai's HTTP library (httpx) is not installed")
+
+
+def make_client(
+    base_url: str | None = None,
+    api_key: str | None = None,
+    *,
+    api_key_var: str = "OPENAI_API_KEY",
+    timeout: float = 600.0,
+    max_retries: int = 3,
+    headers: dict[str, str] | None = None,
+    transport: str = "aiohttp",
+) -> openai.AsyncOpenAI:
+    """Build an ``AsyncOpenAI`` client tuned for many concurrent rollouts.
+
+    ``api_key`` wins over the variable named by ``api_key_var``; local servers
+    that need no key get the placeholder ``"EMPTY"``. ``transport`` is
+    ``"aiohttp"`` (default, fast) or ``"httpx"`` (the SDK default).
+    """
+    key = api_key if api_key is not None else os.environ.get(api_key_var) or "EMPTY"
+    http = _http_module()
+    limits = http.Limits(max_connections=4096, max_keepalive_connections=1024)
+    if transport == "aiohttp":
+        http_client = openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    elif transport == "httpx":
+        http_client = openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+    else:
+        from verifiers.errors import ConfigError
+
+        raise ConfigError(f"unknown transport {transport!r}: use 'aiohttp' or 'httpx'")
+    return openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key=key,
+        timeout=timeout,
+        max_retries=max_retries,
+        default_headers=headers,
+        http_client=http_client,
+    )
+
+
+def map_openai_error(exc: BaseException) -> ModelError:
+    """Translate an openai SDK exception into our hierarchy (after the SDK's own retries)."""
+    if isinstance(exc, ModelError):
+        return exc
+    msg = str(exc)
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelTimeoutError(msg or "request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return ServerError(f"connection error: {msg}")
+    if isinstance(exc, openai.RateLimitError):
+        return RateLimitError(msg)
+    if isinstance(exc, openai.APIStatusError):
+        low = msg.lower()
+        if exc.status_code in (400, 413, 422) and any(m in low for m in _OVERLONG_MARKERS):
+            return OverlongPromptError(msg)
+        if exc.status_code >= 500:
+            return ServerError(msg)
+        return BadRequestError(msg)
+    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
+        return EmptyResponseError(f"unparseable response body: {msg}")
+    return ModelError(f"{type(exc).__name__}: {msg}")
+
+
+def build_body(model: str, sampling_args: SamplingArgs | None, **fields: Any) -> dict[str, Any]:
+    """Request body: fixed fields, then sampling args, with ``extra_body`` flattened in (0.1.x style)."""
+    body: dict[str, Any] = {"model": model, **fields}
+    if sampling_args:
+        for k, v in sampling_args.items():
+            if k == "extra_body" and isinstance(v, dict):
+                body.update({kk: vv for kk, vv in v.items() if vv is not None})
+            elif v is not None:
+                body[k] = v
+    return body
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """What the rollout engine needs from a model client. Implemented for AsyncOpenAI,
+    OpenAI (sync) and `verifiers.testing.ScriptedClient`."""
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse: ...
+
+    async def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse: ...
+
+
+T = TypeVar("T")
+
+# Set by `run_in_fresh_loop`: clients copied for that loop, closed when it ends.
+_EPHEMERAL_CLIENTS: contextvars.ContextVar[list[openai.AsyncOpenAI] | None] = contextvars.ContextVar(
+    "vf_ephemeral_clients", default=None
+)
+
+
+async def run_in_fresh_loop(coro: Awaitable[T]) -> T:
+    """Run ``coro`` in a loop that will be closed afterwards (the sync ``evaluate``/``generate`` path).
+
+    An ``AsyncOpenAI`` client's connection pool belongs to the event loop that
+    first used it. Inside this wrapper every client is used through a copy bound
+    to this loop and closed at the end, so users can call ``env.evaluate(client, ...)``
+    repeatedly with the same client.
+    """
+    created: list[openai.AsyncOpenAI] = []
+    token = _EPHEMERAL_CLIENTS.set(created)
+    try:
+        return await coro
+    finally:
+        _EPHEMERAL_CLIENTS.reset(token)
+        for c in created:
+            try:
+                await c.close()
+            except Exception:
+                pass
+
+
+class OpenAIChatClient:
+    """`ChatClient` over an ``openai.AsyncOpenAI``."""
+
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self.client = client
+        self._response_cls = _http_module().Response
+        self._home_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._copies: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _for_this_loop(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        ephemeral = _EPHEMERAL_CLIENTS.get()
+        if ephemeral is None:
+            if self._home_loop is None or self._home_loop() is None:
+                self._home_loop = weakref.ref(loop)
+            if self._home_loop() is loop:
+                return self.client
+        copy = self._copies.get(loop)
+        if copy is None:
+            aiohttp_transport = isinstance(self.client._client, openai.DefaultAioHttpClient)
+            fresh = openai.DefaultAioHttpClient if aiohttp_transport else openai.DefaultAsyncHttpxClient
+            http = _http_module()
+            copy = self.client.copy(
+                http_client=fresh(limits=http.Limits(max_connections=4096, max_keepalive_connections=1024))
+            )
+            self._copies[loop] = copy
+            if ephemeral is not None:
+                ephemeral.append(copy)
+        return copy
+
+    async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if timeout is not None:
+            options["timeout"] = timeout
+        try:
+            resp = await self._for_this_loop().post(path, cast_to=self._response_cls, body=body, options=options)  # type: ignore[arg-type]
+            return json.loads(resp.content)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise map_openai_error(exc) from exc
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        body = build_body(model, sampling_args, messages=messages)
+        if tools:
+            body["tools"] = tools
+        return parse_chat_response(await self._post("/chat/completions", body, timeout))
+
+    async def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        body = build_body(model, sampling_args, prompt=prompt)
+        return parse_completion_response(await self._post("/completions", body, timeout))
+
+
+class SyncOpenAIChatClient:
+    """`ChatClient` over a synchronous ``openai.OpenAI`` (0.1.x scripts pass one).
+
+    Each call runs in a worker thread; prefer ``AsyncOpenAI`` for throughput.
+    """
+
+    def __init__(self, client: openai.OpenAI) -> None:
+        self.client = client
+        self._response_cls = _http_module().Response
+
+    def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        options: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
+        try:
+            resp = self.client.post(path, cast_to=self._response_cls, body=body, options=options)  # type: ignore[arg-type]
+            return json.loads(resp.content)
+        except Exception as exc:
+            raise map_openai_error(exc) from exc
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        body = build_body(model, sampling_args, messages=messages)
+        if tools:
+            body["tools"] = tools
+        data = await asyncio.to_thread(self._post, "/chat/completions", body, timeout)
+        return parse_chat_response(data)
+
+    async def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        body = build_body(model, sampling_args, prompt=prompt)
+        data = await asyncio.to_thread(self._post, "/completions", body, timeout)
+        return parse_completion_response(data)
+
+
+_ADAPTERS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, OpenAIChatClient] = weakref.WeakKeyDictionary()
+
+
+def as_chat_client(client: Any) -> ChatClient:
+    """Accept whatever a user passes as ``client`` and return a `ChatClient`."""
+    if isinstance(client, openai.AsyncOpenAI):
+        adapter = _ADAPTERS.get(client)
+        if adapter is None:
+            adapter = _ADAPTERS[client] = OpenAIChatClient(client)
+        return adapter
+    if isinstance(client, openai.OpenAI):
+        return SyncOpenAIChatClient(client)
+    if isinstance(client, ChatClient):
+        return client
+    from verifiers.errors import ConfigError
+
+    raise ConfigError(
+        f"client must be openai.AsyncOpenAI, openai.OpenAI or a verifiers ChatClient, got {type(client).__name__}; "
+        "build one with verifiers.make_client(base_url=...)"
+    )
+
+
+async def get_model_response(
+    client: ChatClient,
+    model: str,
+    prompt: Messages,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    sampling_args: SamplingArgs | None = None,
+    timeout: float | None = None,
+) -> ModelResponse:
+    """One model call in chat (list prompt) or completion (string prompt) mode."""
+    if isinstance(prompt, str):
+        return await client.complete(model, prompt, sampling_args=sampling_args, timeout=timeout)
+    return await client.chat(model, prompt, tools=tools, sampling_args=sampling_args, timeout=timeout)

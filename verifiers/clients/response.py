@@ -1,0 +1,111 @@
+"""A model response reduced to what environments and trainers need.
+
+Parsed straight from the server's JSON (not from the openai SDK's pydantic
+objects): it is cheaper on the hot path and keeps vLLM's extra fields
+(``prompt_token_ids``, per-choice ``token_ids``) that the SDK models hide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifiers.errors import EmptyResponseError
+from verifiers.types import Message, TurnTokens, Usage
+
+
+@dataclass(slots=True)
+class ModelResponse:
+    """One choice of a chat or completion response."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    tokens: TurnTokens | None = None
+    raw: dict[str, Any] | None = None
+
+    @property
+    def is_truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+    def to_message(self) -> Message:
+        """The assistant message to append to the transcript (plain dict, OpenAI shape)."""
+        msg: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = self.tool_calls
+        return msg
+
+
+def _usage(data: dict[str, Any]) -> Usage:
+    u = data.get("usage") or {}
+    return Usage(prompt_tokens=u.get("prompt_tokens") or 0, completion_tokens=u.get("completion_tokens") or 0)
+
+
+def _chat_logprobs(choice: dict[str, Any]) -> list[float]:
+    lp = choice.get("logprobs")
+    if not lp:
+        return []
+    content = lp.get("content") or []
+    return [float(t.get("logprob", 0.0)) for t in content]
+
+
+def _tokens(data: dict[str, Any], choice: dict[str, Any], logprobs: list[float]) -> TurnTokens | None:
+    prompt_ids = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    completion_ids = choice.get("token_ids")
+    if prompt_ids is None or completion_ids is None:
+        return None
+    return TurnTokens(
+        prompt_ids=list(prompt_ids),
+        completion_ids=list(completion_ids),
+        completion_logprobs=logprobs,
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+def _first_choice(data: dict[str, Any]) -> dict[str, Any]:
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices:
+        raise EmptyResponseError(f"server returned no choices: {str(data)[:300]}")
+    return choices[0]
+
+
+def _normalise_tool_calls(raw: list[Any] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, tc in enumerate(raw or []):
+        fn = tc.get("function") or {}
+        out.append(
+            {
+                "id": tc.get("id") or f"call_{i}",
+                "type": "function",
+                "function": {"name": fn.get("name", ""), "arguments": fn.get("arguments") or ""},
+            }
+        )
+    return out
+
+
+def parse_chat_response(data: dict[str, Any]) -> ModelResponse:
+    choice = _first_choice(data)
+    message = choice.get("message") or {}
+    logprobs = _chat_logprobs(choice)
+    return ModelResponse(
+        content=message.get("content"),
+        tool_calls=_normalise_tool_calls(message.get("tool_calls")),
+        finish_reason=choice.get("finish_reason"),
+        usage=_usage(data),
+        tokens=_tokens(data, choice, logprobs),
+        raw=data,
+    )
+
+
+def parse_completion_response(data: dict[str, Any]) -> ModelResponse:
+    choice = _first_choice(data)
+    lp = choice.get("logprobs") or {}
+    logprobs = [float(x) for x in (lp.get("token_logprobs") or []) if x is not None]
+    return ModelResponse(
+        content=choice.get("text") or "",
+        finish_reason=choice.get("finish_reason"),
+        usage=_usage(data),
+        tokens=_tokens(data, choice, logprobs),
+        raw=data,
+    )

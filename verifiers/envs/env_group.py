@@ -1,0 +1,106 @@
+"""EnvGroup: several environments behind one dataset, routed by ``task``.
+
+Datasets are concatenated with ``task`` set to each environment's name;
+rollouts and scoring are delegated to the environment that owns the task.
+Metrics of one environment are reported as 0 for rollouts of another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from verifiers.envs.environment import Environment, _FormattedDataset
+from verifiers.errors import ConfigError, EnvError
+from verifiers.rubrics.rubric import Rubric
+from verifiers.types import Info, Messages, RolloutScore, SamplingArgs, State
+
+
+class EnvGroupRubric(Rubric):
+    def __init__(self, env_map: dict[str, Environment]) -> None:
+        super().__init__()
+        self.env_map = env_map
+
+    def _rubric(self, task: str) -> Rubric:
+        env = self.env_map.get(task)
+        if env is None:
+            raise EnvError(f"no environment for task {task!r}; known tasks: {sorted(self.env_map)}")
+        return env.rubric
+
+    def get_reward_func_names(self) -> list[str]:
+        names: list[str] = []
+        for env in self.env_map.values():
+            names.extend(n for n in env.rubric.get_reward_func_names() if n not in names)
+        return names
+
+    @property
+    def has_group_funcs(self) -> bool:
+        return any(e.rubric.has_group_funcs for e in self.env_map.values())
+
+    async def score_rollout(self, *args: Any, task: str = "default", **kwargs: Any) -> RolloutScore:
+        score = await self._rubric(task).score_rollout(*args, task=task, **kwargs)
+        for name in self.get_reward_func_names():
+            score.metrics.setdefault(name, 0.0)
+        return score
+
+    async def score_group(self, rollouts: Sequence[dict[str, Any]], scores: list[RolloutScore]) -> None:
+        if rollouts:
+            await self._rubric(rollouts[0].get("task", "default")).score_group(rollouts, scores)
+
+
+class EnvGroup(Environment):
+    def __init__(self, envs: Sequence[Environment], env_names: Sequence[str] | None = None, **kwargs: Any) -> None:
+        if not envs:
+            raise ConfigError("EnvGroup needs at least one environment")
+        names = list(env_names) if env_names is not None else [e.env_id or f"env_{i}" for i, e in enumerate(envs)]
+        if len(names) != len(envs) or len(set(names)) != len(names):
+            raise ConfigError("EnvGroup needs one unique name per environment (env_names)")
+        self.envs = list(envs)
+        self.env_names = names
+        self.env_map = dict(zip(names, envs, strict=True))
+        train = self._concat(lambda e: e.dataset)
+        evals = self._concat(lambda e: e.eval_dataset if e.eval_dataset is not None else e.dataset)
+        super().__init__(
+            dataset=train,
+            eval_dataset=evals,
+            rubric=EnvGroupRubric(self.env_map),
+            message_type=envs[0].message_type,
+            **kwargs,
+        )
+
+    def _concat(self, pick: Any) -> list[dict[str, Any]] | None:
+        rows: list[dict[str, Any]] = []
+        for name, env in self.env_map.items():
+            data = pick(env)
+            if isinstance(data, _FormattedDataset):
+                rows.extend({**r, "task": name} for r in data.rows)
+        for i, r in enumerate(rows):
+            r["example_id"] = i
+        return rows or None
+
+    def get_env_for_task(self, task: str) -> Environment:
+        env = self.env_map.get(task)
+        if env is None:
+            raise EnvError(f"no environment for task {task!r}; known tasks: {sorted(self.env_map)}")
+        return env
+
+    async def rollout(
+        self,
+        client: Any,
+        model: str,
+        prompt: Messages,
+        answer: str = "",
+        task: str = "default",
+        info: Info | None = None,
+        sampling_args: SamplingArgs | None = None,
+        **kwargs: Any,
+    ) -> tuple[Messages, State]:
+        env = self.get_env_for_task(task)
+        return await env.rollout(
+            client, model, prompt, answer, task, info, self.merge_sampling_args(sampling_args), **kwargs
+        )
+
+    async def cleanup_state(self, state: State) -> None:
+        env = self.env_map.get(state.get("task", ""))
+        if env is not None:
+            await env.cleanup_state(state)

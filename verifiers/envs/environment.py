@@ -1,0 +1,379 @@
+"""Environment: a dataset, a prompt format, a rollout procedure and a rubric.
+
+This is the 0.1.x authoring surface (``Environment(dataset=..., system_prompt=...,
+parser=..., rubric=...)``, ``env.evaluate(client, model, ...)``,
+``env.generate(inputs, client, model, ...)``). Concurrency is not here: the
+rollout engine in `verifiers.rollout` runs ``rollout`` once per sample under a
+semaphore and scores as rollouts finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+from verifiers.errors import ConfigError
+from verifiers.parsers.parser import Parser
+from verifiers.rollout.inputs import RolloutInput
+from verifiers.rubrics.rubric import Rubric
+from verifiers.types import (
+    GenerateOutputs,
+    Info,
+    Message,
+    Messages,
+    MessageType,
+    RolloutResult,
+    SamplingArgs,
+    State,
+)
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Keyword arguments that 0.1.x environments pass to the base class and that have no effect here.
+_ACCEPTED_LEGACY_KWARGS = {"max_workers", "env_id", "env_args", "map_kwargs", "max_seq_len", "interleaved_rollouts"}
+
+
+def _clean_message(m: Mapping[str, Any]) -> Message:
+    """Drop keys that Arrow filled with None (datasets store messages as structs with a union of keys)."""
+    return {k: v for k, v in m.items() if v is not None or k == "content"}
+
+
+def _parse_info(info: Any) -> Info:
+    if info is None or info == "":
+        return {}
+    if isinstance(info, str):
+        try:
+            parsed = json.loads(info)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"dataset column 'info' must be a dict or a JSON object string, got {info[:80]!r}") from exc
+        if not isinstance(parsed, dict):
+            raise ConfigError(f"dataset column 'info' must decode to a JSON object, got {type(parsed).__name__}")
+        return parsed
+    if isinstance(info, Mapping):
+        return dict(info)
+    raise ConfigError(f"dataset column 'info' must be a dict or JSON string, got {type(info).__name__}")
+
+
+def _to_rows(data: Any) -> list[dict[str, Any]]:
+    """Rows from an HF Dataset, a list of dicts, or a dict of columns."""
+    if data is None:
+        return []
+    if hasattr(data, "to_list") and hasattr(data, "column_names"):
+        return list(data.to_list())
+    if isinstance(data, Mapping):
+        cols = {k: list(v) for k, v in data.items()}
+        n = len(next(iter(cols.values()), []))
+        if any(len(v) != n for v in cols.values()):
+            raise ConfigError("inputs given as a dict of columns must have columns of equal length")
+        return [{k: v[i] for k, v in cols.items()} for i in range(n)]
+    if isinstance(data, Sequence) and not isinstance(data, str):
+        rows = list(data)
+        if rows and not isinstance(rows[0], Mapping):
+            raise ConfigError(f"dataset rows must be dicts, got {type(rows[0]).__name__}")
+        return [dict(r) for r in rows]
+    raise ConfigError(f"cannot use {type(data).__name__} as a dataset: give a datasets.Dataset or a list of dicts")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from sync code, also inside a running loop (notebooks): then in a helper thread."""
+    from verifiers.clients.openai_client import run_in_fresh_loop
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_in_fresh_loop(coro))
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(run_in_fresh_loop(coro))
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, name="verifiers-run-sync")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class Environment(ABC):
+    """Base class of all environments. Subclasses implement `rollout` (MultiTurnEnv does)."""
+
+    def __init__(
+        self,
+        dataset: Any = None,
+        eval_dataset: Any = None,
+        system_prompt: str | None = None,
+        few_shot: list[Message] | None = None,
+        parser: Parser | None = None,
+        rubric: Rubric | None = None,
+        sampling_args: SamplingArgs | None = None,
+        message_type: MessageType = "chat",
+        max_concurrent: int = -1,
+        oai_tools: list[dict[str, Any]] | None = None,
+        rollout_timeout_s: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = set(kwargs) - _ACCEPTED_LEGACY_KWARGS
+        if unknown:
+            logger.warning("%s ignores unknown arguments: %s", type(self).__name__, sorted(unknown))
+        if message_type not in ("chat", "completion"):
+            raise ConfigError(f"message_type must be 'chat' or 'completion', got {message_type!r}")
+        if dataset is None and eval_dataset is None:
+            raise ConfigError(
+                f"{type(self).__name__} needs a dataset: pass dataset=... (training) and/or eval_dataset=... (evaluation)"
+            )
+        self.message_type: MessageType = message_type
+        self.system_prompt = system_prompt
+        self.few_shot = list(few_shot or [])
+        self.parser = parser if parser is not None else Parser()
+        self.rubric = rubric if rubric is not None else Rubric(parser=self.parser)
+        self.sampling_args: SamplingArgs = dict(sampling_args or {})
+        self.max_concurrent = max_concurrent
+        self.oai_tools = oai_tools
+        self.rollout_timeout_s = rollout_timeout_s
+        self.env_id: str | None = kwargs.get("env_id")
+        self.dataset = self._format_dataset(dataset) if dataset is not None else None
+        self.eval_dataset = self._format_dataset(eval_dataset) if eval_dataset is not None else None
+
+    # -- datasets ---------------------------------------------------------------------------
+    def format_prompt(
+        self, prompt: str, system_prompt: str | None = None, few_shot: list[Message] | None = None
+    ) -> list[Message]:
+        messages: list[Message] = []
+        if system_prompt:
+            messages.append({"role": "system", "content": system_prompt})
+        messages.extend(few_shot or [])
+        messages.append({"role": "user", "content": prompt})
+        return messages
+
+    def _format_row(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+        prompt = row.get("prompt")
+        if prompt is None:
+            if "question" not in row:
+                raise ConfigError(
+                    f"dataset row {index} has neither 'prompt' (chat messages) nor 'question' (text); "
+                    f"columns present: {sorted(row)}"
+                )
+            question = str(row["question"])
+            if self.message_type == "chat":
+                prompt = self.format_prompt(question, self.system_prompt, self.few_shot)
+            else:
+                prompt = f"{self.system_prompt}\n\n{question}" if self.system_prompt else question
+        elif self.message_type == "chat":
+            if isinstance(prompt, str):
+                raise ConfigError(f"dataset row {index}: 'prompt' is a string but message_type is 'chat'")
+            prompt = [_clean_message(m) for m in prompt]
+        elif not isinstance(prompt, str):
+            raise ConfigError(f"dataset row {index}: 'prompt' must be a string when message_type is 'completion'")
+        example_id = row.get("example_id", row.get("id", index))
+        if not isinstance(example_id, int):
+            example_id = index
+        return {
+            **row,
+            "prompt": prompt,
+            "answer": "" if row.get("answer") is None else str(row["answer"]),
+            "task": row.get("task") or "default",
+            "info": _parse_info(row.get("info")),
+            "example_id": example_id,
+        }
+
+    def _format_dataset(self, data: Any) -> Any:
+        """Validate and format rows (prompt built from question, info parsed, example ids added).
+
+        An HF ``Dataset`` stays an HF ``Dataset`` (users call ``.select``/``.map`` on
+        ``env.dataset``); the formatted rows are cached for the engine.
+        """
+        rows = [self._format_row(r, i) for i, r in enumerate(_to_rows(data))]
+        if not rows:
+            raise ConfigError("the dataset is empty")
+        return _FormattedDataset(rows, data)
+
+    def get_dataset(self, n: int = -1, seed: int | None = None) -> Any:
+        if self.dataset is None:
+            raise ConfigError(f"{type(self).__name__} has no training dataset (only eval_dataset)")
+        return self.dataset.subset(n, seed)
+
+    def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Any:
+        if self.eval_dataset is None:
+            return self.get_dataset(n, seed)
+        return self.eval_dataset.subset(n, seed)
+
+    # -- rollouts ---------------------------------------------------------------------------
+    @abstractmethod
+    async def rollout(
+        self,
+        client: Any,
+        model: str,
+        prompt: Messages,
+        answer: str = "",
+        task: str = "default",
+        info: Info | None = None,
+        sampling_args: SamplingArgs | None = None,
+        **kwargs: Any,
+    ) -> tuple[Messages, State]:
+        """Run one episode; return ``(completion, state)``."""
+
+    async def cleanup_state(self, state: State) -> None:
+        """Called once after every rollout, also after errors, timeouts and Ctrl-C. Release resources here."""
+        return None
+
+    def merge_sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
+        merged = dict(self.sampling_args)
+        if sampling_args:
+            extra = {**merged.get("extra_body", {}), **sampling_args.get("extra_body", {})}
+            merged.update(sampling_args)
+            if extra:
+                merged["extra_body"] = extra
+        return merged
+
+    @staticmethod
+    def build_inputs(
+        rows: Sequence[Mapping[str, Any]], rollouts_per_example: int = 1, first_group_id: int = 0
+    ) -> list[RolloutInput]:
+        """One group of ``rollouts_per_example`` samples per row, with fresh group ids."""
+        if rollouts_per_example < 1:
+            raise ConfigError(f"rollouts_per_example must be >= 1, got {rollouts_per_example}")
+        inputs = []
+        for g, row in enumerate(rows):
+            for r in range(rollouts_per_example):
+                inputs.append(
+                    RolloutInput(
+                        example_id=int(row.get("example_id", g)),
+                        prompt=row["prompt"],
+                        answer=row.get("answer", "") or "",
+                        task=row.get("task") or "default",
+                        info=row.get("info") or {},
+                        group_id=first_group_id + g,
+                        rollout_index=r,
+                    )
+                )
+        return inputs
+
+    async def a_generate(
+        self,
+        inputs: Any,
+        client: Any,
+        model: str,
+        sampling_args: SamplingArgs | None = None,
+        max_concurrent: int | None = None,
+        score_rollouts: bool = True,
+        rollouts_per_example: int = 1,
+        rollout_timeout_s: float | None = None,
+        on_group: Callable[[list[RolloutResult]], Any] | None = None,
+        **kwargs: Any,
+    ) -> GenerateOutputs:
+        """Run rollouts for ``inputs`` (rows with prompt or question, answer, task, info)."""
+        from verifiers.rollout.runner import run_rollouts
+
+        rows = inputs.rows if isinstance(inputs, _FormattedDataset) else [
+            self._format_row(r, i) for i, r in enumerate(_to_rows(inputs))
+        ]
+        results = await run_rollouts(
+            self,
+            client,
+            model,
+            self.build_inputs(rows, rollouts_per_example),
+            sampling_args=sampling_args,
+            max_concurrent=self.max_concurrent if max_concurrent is None else max_concurrent,
+            rollout_timeout_s=self.rollout_timeout_s if rollout_timeout_s is None else rollout_timeout_s,
+            score=score_rollouts,
+            on_group=on_group,
+        )
+        return GenerateOutputs.from_results(results)
+
+    def generate(self, inputs: Any, client: Any, model: str, **kwargs: Any) -> GenerateOutputs:
+        """Sync wrapper of `a_generate` for scripts and notebooks."""
+        return run_sync(self.a_generate(inputs, client, model, **kwargs))
+
+    async def a_evaluate(
+        self,
+        client: Any,
+        model: str,
+        sampling_args: SamplingArgs | None = None,
+        num_examples: int = -1,
+        rollouts_per_example: int = 1,
+        max_concurrent: int = -1,
+        **kwargs: Any,
+    ) -> GenerateOutputs:
+        data = self.get_eval_dataset(num_examples)
+        return await self.a_generate(
+            data,
+            client,
+            model,
+            sampling_args=sampling_args,
+            max_concurrent=max_concurrent,
+            rollouts_per_example=rollouts_per_example,
+            **kwargs,
+        )
+
+    def evaluate(self, client: Any, model: str, **kwargs: Any) -> GenerateOutputs:
+        """Evaluate on the eval split (or the training split when there is none)."""
+        return run_sync(self.a_evaluate(client, model, **kwargs))
+
+
+class _FormattedDataset:
+    """Formatted rows plus the user's original object, behaving enough like an HF Dataset.
+
+    Attribute access falls through to an HF ``datasets.Dataset`` built from the
+    formatted rows on first use, so ``env.dataset.select(...)`` and friends work,
+    while the engine reads the plain rows without any Arrow round trip.
+    """
+
+    def __init__(self, rows: list[dict[str, Any]], original: Any) -> None:
+        self.rows = rows
+        self._original = original
+        self._hf: Any = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Any:
+        return iter(self.rows)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            return self.rows[key]
+        if isinstance(key, str):
+            return [r.get(key) for r in self.rows]
+        return self.hf[key]
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.rows[0].keys()) if self.rows else []
+
+    @property
+    def hf(self) -> Any:
+        if self._hf is None:
+            from datasets import Dataset
+
+            rows = [{**r, "info": json.dumps(r["info"])} for r in self.rows]
+            self._hf = Dataset.from_list(rows)
+        return self._hf
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return list(self.rows)
+
+    def subset(self, n: int = -1, seed: int | None = None) -> _FormattedDataset:
+        rows = self.rows
+        if seed is not None:
+            import random
+
+            rows = rows[:]
+            random.Random(seed).shuffle(rows)
+        if n is not None and n >= 0:
+            rows = rows[:n]
+        return _FormattedDataset(rows, None)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.hf, name)

@@ -1,0 +1,156 @@
+"""MultiTurnEnv: the turn loop "is_completed? → model → is_completed? → env_response".
+
+Hooks may be sync or async. ``env_response`` may return ``(messages, state)``
+(2025 style), a list of messages (later style), one message dict, or a string
+in completion mode. The loop checks ``is_completed`` after the environment's
+message too, so a game can end on its own final feedback, which the rubric
+then sees in the completion.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import abstractmethod
+from typing import Any
+
+from verifiers.clients.openai_client import ChatClient, as_chat_client, get_model_response
+from verifiers.envs.environment import Environment
+from verifiers.errors import EnvError, OverlongPromptError
+from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage
+from verifiers.utils import maybe_await
+
+
+def _normalise_env_response(value: Any, state: State, completion_mode: bool) -> tuple[list[Message] | str, State]:
+    if isinstance(value, tuple):
+        if len(value) != 2:
+            raise EnvError(f"env_response returned a tuple of {len(value)} items; return (messages, state) or messages")
+        value, new_state = value
+        if isinstance(new_state, dict) and new_state is not state:
+            state.update(new_state)
+    if completion_mode:
+        if not isinstance(value, str):
+            raise EnvError(f"env_response must return a string in completion mode, got {type(value).__name__}")
+        return value, state
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise EnvError(f"env_response must return a list of message dicts, got {type(value).__name__}")
+    return value, state
+
+
+class MultiTurnEnv(Environment):
+    def __init__(self, max_turns: int = 10, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_turns = max_turns
+
+    # -- hooks ------------------------------------------------------------------------------
+    async def setup_state(self, state: State, **kwargs: Any) -> State:
+        """Prepare per-rollout state (e.g. create a game or a sandbox). Return the state."""
+        return state
+
+    async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
+        """Is the episode over? Called before every model turn and after it."""
+        return False
+
+    @abstractmethod
+    async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Any:
+        """The environment's reply to the model's last message."""
+
+    # -- loop -------------------------------------------------------------------------------
+    def init_state(
+        self, prompt: Messages, answer: str, task: str, info: Info | None, state: State | None = None
+    ) -> State:
+        state = state if state is not None else {}
+        state.update(
+            prompt=prompt,
+            completion=[] if isinstance(prompt, list) else "",
+            answer=answer,
+            task=task,
+            info=info if info is not None else {},
+            turn=0,
+            responses=[],
+            tokens=[],
+            usage=Usage(),
+            stop_reason=None,
+            is_truncated=False,
+        )
+        return state
+
+    async def get_model_response(
+        self,
+        client: ChatClient,
+        model: str,
+        prompt: Messages,
+        sampling_args: SamplingArgs | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        tools = self.oai_tools if self.message_type == "chat" else None
+        return await get_model_response(client, model, prompt, tools=tools, sampling_args=sampling_args)
+
+    async def rollout(
+        self,
+        client: Any,
+        model: str,
+        prompt: Messages,
+        answer: str = "",
+        task: str = "default",
+        info: Info | None = None,
+        sampling_args: SamplingArgs | None = None,
+        state: State | None = None,
+        **kwargs: Any,
+    ) -> tuple[Messages, State]:
+        chat_client = as_chat_client(client)
+        args = self.merge_sampling_args(sampling_args)
+        completion_mode = isinstance(prompt, str)
+        state = self.init_state(prompt, answer, task, info, state)
+        new_state = await maybe_await(self.setup_state(state, **kwargs))
+        if isinstance(new_state, dict) and new_state is not state:
+            state.update(new_state)
+        messages: Any = prompt if completion_mode else copy.deepcopy(prompt)
+        completion: Any = "" if completion_mode else state["completion"]
+
+        def record(stop: str) -> tuple[Messages, State]:
+            state["stop_reason"] = stop
+            state["completion"] = completion
+            return completion, state
+
+        while True:
+            if state["turn"] > 0 and await maybe_await(self.is_completed(messages, state, **kwargs)):
+                return record("completed")
+            if 0 < self.max_turns <= state["turn"]:
+                return record("max_turns")
+            try:
+                response = await self.get_model_response(chat_client, model, messages, args)
+            except OverlongPromptError:
+                state["is_truncated"] = True
+                return record("prompt_too_long")
+            state["turn"] += 1
+            state["responses"].append(response)
+            state["usage"].add(response.usage)
+            if response.tokens is not None:
+                state["tokens"].append(response.tokens)
+            if completion_mode:
+                messages += response.content or ""
+                completion += response.content or ""
+            else:
+                msg = response.to_message()
+                messages.append(msg)
+                completion.append(msg)
+            state["completion"] = completion
+            if response.is_truncated:
+                state["is_truncated"] = True
+                return record("length")
+            if await maybe_await(self.is_completed(messages, state, **kwargs)):
+                return record("completed")
+            if 0 < self.max_turns <= state["turn"]:
+                return record("max_turns")
+            env_msgs, state = _normalise_env_response(
+                await maybe_await(self.env_response(messages, state, **kwargs)), state, completion_mode
+            )
+            if completion_mode:
+                messages += env_msgs
+                completion += env_msgs
+            else:
+                messages.extend(env_msgs)
+                completion.extend(env_msgs)
+            state["completion"] = completion

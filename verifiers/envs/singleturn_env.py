@@ -1,0 +1,20 @@
+"""SingleTurnEnv: one model call per rollout (Q&A, math, formatting tasks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers.envs.multiturn_env import MultiTurnEnv
+from verifiers.types import Messages, State
+
+
+class SingleTurnEnv(MultiTurnEnv):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.pop("max_turns", None)
+        super().__init__(max_turns=1, **kwargs)
+
+    async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
+        return state["turn"] >= 1
+
+    async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Any:
+        raise NotImplementedError("SingleTurnEnv never asks the environment for a response")

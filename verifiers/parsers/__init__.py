@@ -1,0 +1,7 @@
+"""Parsers: extract answers from model completions and reward their format."""
+
+from verifiers.parsers.parser import Parser, extract_boxed_answer, message_text
+from verifiers.parsers.think_parser import ThinkParser
+from verifiers.parsers.xml_parser import XMLParser
+
+__all__ = ["Parser", "ThinkParser", "XMLParser", "extract_boxed_answer", "message_text"]

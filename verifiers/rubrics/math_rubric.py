@@ -1,0 +1,58 @@
+"""MathRubric: symbolic / numeric answer equivalence with math-verify."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers.parsers.parser import Parser, extract_boxed_answer
+from verifiers.rubrics.rubric import RewardFunc, Rubric
+
+
+def _boxed_or_text(text: str) -> str:
+    boxed = extract_boxed_answer(text)
+    return boxed if boxed is not None else text.strip()
+
+
+def math_equal(predicted: str, answer: str) -> bool:
+    """True when ``predicted`` and ``answer`` are the same number / expression / set.
+
+    Both strings are parsed with math-verify (LaTeX and plain expressions); when
+    a side does not parse, falls back to an exact string comparison.
+    """
+    from math_verify import parse, verify  # imported lazily: sympy is slow to import
+
+    predicted, answer = predicted.strip(), str(answer).strip()
+    if not predicted:
+        return False
+    gold = parse(_wrap(answer), parsing_timeout=None)
+    pred = parse(_wrap(predicted), parsing_timeout=None)
+    if gold and pred:
+        return bool(verify(gold, pred, timeout_seconds=None))
+    return predicted == answer
+
+
+def _wrap(s: str) -> str:
+    # math-verify finds answers inside $...$ or \boxed{}; bare numbers parse too, expressions need $.
+    return s if "$" in s or "\\boxed" in s else f"${s}$"
+
+
+class MathRubric(Rubric):
+    """Scores 1.0 when the parsed answer is mathematically equal to ``answer`` (weight 1 by default)."""
+
+    def __init__(
+        self,
+        funcs: list[RewardFunc] | None = None,
+        weights: list[float] | None = None,
+        parser: Parser | None = None,
+        **class_objects: Any,
+    ) -> None:
+        super().__init__(
+            funcs=funcs, weights=weights, parser=parser or Parser(extract_fn=_boxed_or_text), **class_objects
+        )
+        self.add_reward_func(self.correct_answer_reward_func)
+
+    def correct_answer_reward_func(self, parser: Parser, completion: Any, answer: Any, **_: Any) -> float:
+        parsed = parser.parse_answer(completion)
+        if parsed is None:
+            return 0.0
+        return 1.0 if math_equal(str(parsed), str(answer)) else 0.0

@@ -1,0 +1,161 @@
+"""Typed data that crosses module boundaries.
+
+Authoring-facing shapes (messages, state, sampling args) stay plain dicts and
+lists, exactly as in the verifiers 0.1.x API, so existing environments keep
+working. What the engine produces (`RolloutResult`, `GenerateOutputs`) is a
+pydantic model: serialisable to results.jsonl, validated when read back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Message = dict[str, Any]
+"""One OpenAI chat message: ``{"role": ..., "content": ..., "tool_calls": ...}``."""
+Messages = list[Message] | str
+"""A chat transcript, or a raw string in completion mode (``message_type="completion"``)."""
+SamplingArgs = dict[str, Any]
+"""Request parameters passed to the server (temperature, max_tokens, vLLM extras, ...)."""
+State = dict[str, Any]
+"""Per-rollout scratch space. Environments may add any keys; the engine owns the documented ones."""
+Info = dict[str, Any]
+MessageType = Literal["chat", "completion"]
+
+StopReason = Literal[
+    "completed",  # the environment said the episode is over (or single turn done)
+    "max_turns",  # turn budget used up
+    "length",  # the model hit max_tokens on its last turn
+    "prompt_too_long",  # the prompt no longer fits the context window
+    "error",  # an exception ended the rollout (see ``error``)
+    "timeout",  # the per-rollout timeout fired
+    "cancelled",  # the run was interrupted
+]
+
+
+class TurnTokens(BaseModel):
+    """Token-exact record of one model call, as returned by the server.
+
+    ``prompt_ids`` is the full prompt of that call (so it contains earlier turns);
+    the trainer uses the prefix relation between turns to rebuild one sequence
+    without re-tokenising anything.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float] = Field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+
+
+class RolloutError(BaseModel):
+    """An error recorded as data. ``type`` is the exception class name, ``where`` what raised it."""
+
+    type: str
+    message: str
+    where: str = "rollout"
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, where: str = "rollout") -> RolloutError:
+        return cls(type=type(exc).__name__, message=str(exc)[:2000], where=where)
+
+
+class Timing(BaseModel):
+    start_time: float = 0.0
+    generation_s: float = 0.0
+    scoring_s: float = 0.0
+    total_s: float = 0.0
+
+
+class RolloutScore(BaseModel):
+    """What a rubric returns for one rollout."""
+
+    reward: float = 0.0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    errors: list[RolloutError] = Field(default_factory=list)
+
+
+class RolloutResult(BaseModel):
+    """Everything known about one finished rollout. One line of results.jsonl."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    example_id: int
+    group_id: int = 0
+    rollout_index: int = 0
+    task: str = "default"
+    prompt: Messages
+    completion: Messages
+    answer: str = ""
+    info: Info = Field(default_factory=dict)
+    reward: float = 0.0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    stop_reason: StopReason = "completed"
+    is_truncated: bool = False
+    error: RolloutError | None = None
+    """The error that ended the rollout, if any. Scoring errors are in ``scoring_errors``."""
+    scoring_errors: list[RolloutError] = Field(default_factory=list)
+    turns: int = 0
+    timing: Timing = Field(default_factory=Timing)
+    usage: Usage = Field(default_factory=Usage)
+    tokens: list[TurnTokens] = Field(default_factory=list)
+    """Per model call token ids and logprobs; empty unless the server returned them."""
+    state: State = Field(default_factory=dict, exclude=True)
+    """The live state dict; not serialised (it may hold sandboxes, clients, ...)."""
+
+    @property
+    def has_error(self) -> bool:
+        return self.error is not None
+
+
+class GenerateOutputs(BaseModel):
+    """Results of ``generate``/``evaluate``: list-valued columns, one entry per rollout (0.1.x shape)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    prompt: list[Messages] = Field(default_factory=list)
+    completion: list[Messages] = Field(default_factory=list)
+    answer: list[str] = Field(default_factory=list)
+    state: list[State] = Field(default_factory=list)
+    info: list[Info] = Field(default_factory=list)
+    task: list[str] = Field(default_factory=list)
+    reward: list[float] = Field(default_factory=list)
+    metrics: dict[str, list[float]] = Field(default_factory=dict)
+    example_id: list[int] = Field(default_factory=list)
+    stop_reason: list[str] = Field(default_factory=list)
+    error: list[RolloutError | None] = Field(default_factory=list)
+    results: list[RolloutResult] = Field(default_factory=list)
+
+    @classmethod
+    def from_results(cls, results: list[RolloutResult]) -> GenerateOutputs:
+        names: list[str] = []
+        for r in results:
+            for k in r.metrics:
+                if k not in names:
+                    names.append(k)
+        return cls(
+            prompt=[r.prompt for r in results],
+            completion=[r.completion for r in results],
+            answer=[r.answer for r in results],
+            state=[r.state for r in results],
+            info=[r.info for r in results],
+            task=[r.task for r in results],
+            reward=[r.reward for r in results],
+            metrics={k: [r.metrics.get(k, 0.0) for r in results] for k in names},
+            example_id=[r.example_id for r in results],
+            stop_reason=[r.stop_reason for r in results],
+            error=[r.error for r in results],
+            results=results,
+        )
+
+    def __len__(self) -> int:
+        return len(self.results)
