@@ -124,8 +124,7 @@ async def test_tool_calls_pass_malformed_arguments_raw() -> None:
         ]
     )
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-    async with ScriptedServer(script) as srv:
-        c = aclient(srv)
+    async with ScriptedServer(script) as srv, aclient(srv) as c:
         first = await c.chat.completions.create(model="m", messages=USER, tools=tools)  # type: ignore[arg-type]
         choice = first.choices[0]
         assert choice.finish_reason == "tool_calls"
@@ -176,8 +175,7 @@ async def test_tool_call_turn_prompt_extends_previous_prompt_and_completion() ->
             ScriptedReply(content="ok"),
         ]
     )
-    async with ScriptedServer(script) as srv:
-        c = aclient(srv)
+    async with ScriptedServer(script) as srv, aclient(srv) as c:
         extra = {"return_token_ids": True}
         first = await c.chat.completions.create(model="m", messages=USER, extra_body=extra)
         msg = first.choices[0].message
@@ -304,8 +302,7 @@ def test_error_rate_one_always_fails(status: int, error: type[openai.APIStatusEr
 async def test_error_injection_is_seeded() -> None:
     async def outcomes(seed: int) -> list[int]:
         script = ServerScript(error_rate=0.5, error_statuses=[500, 502, 429], seed=seed)
-        async with ScriptedServer(script) as srv:
-            c = aclient(srv, max_retries=0)
+        async with ScriptedServer(script) as srv, aclient(srv, max_retries=0) as c:
             codes = []
             for _ in range(20):
                 try:
@@ -325,8 +322,7 @@ async def test_latency_is_honoured_and_overridable() -> None:
     script = ServerScript(
         latency_s=0.2, replies=[ScriptedReply(match="fast", content="quick", latency_s=0.0), ScriptedReply()]
     )
-    async with ScriptedServer(script) as srv:
-        c = aclient(srv)
+    async with ScriptedServer(script) as srv, aclient(srv) as c:
         t0 = time.perf_counter()
         await asyncio.gather(*(c.chat.completions.create(model="m", messages=USER) for _ in range(5)))
         elapsed = time.perf_counter() - t0
@@ -338,8 +334,7 @@ async def test_latency_is_honoured_and_overridable() -> None:
 
 async def test_hang_triggers_client_timeout_and_server_still_stops_fast() -> None:
     srv = ScriptedServer(ServerScript(hang_rate=1.0, hang_s=60))
-    async with srv:
-        c = aclient(srv, max_retries=0, timeout=0.3)
+    async with srv, aclient(srv, max_retries=0, timeout=0.3) as c:
         with pytest.raises(openai.APITimeoutError):
             await c.chat.completions.create(model="m", messages=USER)
         assert srv.n_hangs == 1

@@ -67,7 +67,7 @@ def parse_arguments(name: str, raw_arguments: str | Mapping[str, Any] | None) ->
             type(decoded), "a number"
         )
         raise ToolArgumentsError(
-            f"Arguments for tool {name!r} must be a JSON object like {{\"arg\": value}}, got {kind}: "
+            f'Arguments for tool {name!r} must be a JSON object like {{"arg": value}}, got {kind}: '
             f"{_quote(raw_arguments)}"
         )
     return decoded

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +45,6 @@ __all__ = ["SandboxLimits", "SandboxResult", "python_tool", "run_python", "run_p
 # How long to wait for pipes / reaping once the group has been SIGKILLed. Only a process
 # that left the group (setsid) and still holds a pipe open can make this wait expire.
 _SETTLE_S = 2.0
-_READ_CHUNK = 1 << 16
 
 # Runs inside the child (via `python -c`) before the user's code. It must not rely on
 # anything outside the standard library, and its own frames are cut from tracebacks.
@@ -252,40 +252,44 @@ class _Capture:
         return f"{head}\n... [truncated {cut} chars] ...\n{self._tail}"
 
 
-async def _drain(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
-    """Read until EOF, always: a full pipe would block the child."""
-    if stream is None:
-        return
-    while data := await stream.read(_READ_CHUNK):
-        capture.feed(data)
-    capture.feed(b"", final=True)
+class _ChildProtocol(asyncio.SubprocessProtocol):
+    """Pushes output straight into bounded captures and reports the child's own exit.
 
+    A protocol rather than `create_subprocess_exec` streams: nothing is buffered beyond
+    the captures, and `process_exited` fires when the child exits even if a background
+    process still holds its pipes (on 3.11 `Process.wait()` waits for those too).
+    """
 
-async def _feed_stdin(writer: asyncio.StreamWriter | None, data: bytes) -> None:
-    if writer is None:
-        return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # child may exit unread
-        writer.write(data)
-        await writer.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        writer.close()
+    def __init__(self, max_chars: int) -> None:
+        self.stdout = _Capture(max_chars)
+        self.stderr = _Capture(max_chars)
+        self.exited = asyncio.Event()
+        self.finished = asyncio.Event()  # exited and every pipe closed
+
+    def _capture(self, fd: int) -> _Capture | None:
+        return {1: self.stdout, 2: self.stderr}.get(fd)
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        capture = self._capture(fd)
+        if capture is not None and isinstance(data, bytes):
+            capture.feed(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        capture = self._capture(fd)
+        if capture is not None:
+            capture.feed(b"", final=True)
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.finished.set()
 
 
 def _kill_group(pid: int) -> None:
     """SIGKILL the child's whole process group (it called setsid, so pgid == pid)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-
-
-async def _settle(proc: asyncio.subprocess.Process, tasks: list[asyncio.Task[None]]) -> None:
-    """Reap the killed child and finish the pipe readers, bounded in time."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), _SETTLE_S)
-    if tasks:
-        _, pending = await asyncio.wait(tasks, timeout=_SETTLE_S)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _child_env(home: str) -> dict[str, str]:
@@ -297,7 +301,9 @@ def _child_env(home: str) -> dict[str, str]:
     return env
 
 
-async def run_python(code: str, limits: SandboxLimits | None = None, stdin: str | None = None) -> SandboxResult:
+async def run_python(
+    code: str, limits: SandboxLimits | None = None, stdin: str | None = None
+) -> SandboxResult:
     """Run `code` as `__main__` in a fresh directory under `limits` and collect its output.
 
     Cancelling the awaiting task kills the child's process group before re-raising.
@@ -319,41 +325,47 @@ async def run_python(code: str, limits: SandboxLimits | None = None, stdin: str 
             "nproc": limits.max_processes,
         }
         started = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ChildProtocol(limits.max_output_chars),
             # -I: no PYTHON* env vars, no user site, no cwd on sys.path (site-packages stay
             # importable); -B: no .pyc files left behind; -u: output survives a kill.
             sys.executable, "-I", "-B", "-u", "-X", "utf8", "-c", _BOOTSTRAP, json.dumps(config),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             cwd=workdir,
             env=_child_env(str(workdir)),
             start_new_session=True,
         )  # fmt: skip
-        out, err = _Capture(limits.max_output_chars), _Capture(limits.max_output_chars)
-        tasks = [asyncio.create_task(_drain(proc.stdout, out)), asyncio.create_task(_drain(proc.stderr, err))]
-        if stdin is not None:
-            tasks.append(asyncio.create_task(_feed_stdin(proc.stdin, stdin.encode("utf-8"))))
         timed_out = False
         try:
+            stdin_pipe = transport.get_pipe_transport(0)
+            if stdin is not None and isinstance(stdin_pipe, asyncio.WriteTransport):
+                stdin_pipe.write(stdin.encode("utf-8"))  # buffered by the loop, written as read
+                stdin_pipe.close()
             try:
-                await asyncio.wait_for(proc.wait(), timeout=limits.wall_time_s)
+                await asyncio.wait_for(protocol.exited.wait(), timeout=limits.wall_time_s)
             except TimeoutError:
                 timed_out = True
         finally:
             # Always, not just on timeout: also covers cancellation and background children.
-            # (Once the group is empty the pgid could in theory be reused, but not within
-            # the microseconds between the child's exit and this call.)
-            _kill_group(proc.pid)
-            await _settle(proc, tasks)
+            # (Once the group is empty its id could in theory be reused, but not within
+            # the moment between the child's exit and this call.)
+            _kill_group(transport.get_pid())
+            # Let the pipes drain to EOF; only a process that left the group (setsid) and
+            # still holds them open can make this wait run out.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(protocol.finished.wait(), _SETTLE_S)
+            transport.close()
         duration = time.monotonic() - started
         memory_error = False
         with contextlib.suppress(OSError, ValueError):
             memory_error = bool(json.loads(status.read_text()).get("memory_error"))
-    returncode = proc.returncode
+    returncode = transport.get_returncode()
     return SandboxResult(
-        stdout=out.text(),
-        stderr=err.text(),
+        stdout=protocol.stdout.text(),
+        stderr=protocol.stderr.text(),
         exit_code=None if timed_out else returncode,
         timed_out=timed_out,
         memory_exceeded=memory_error,
@@ -362,7 +374,9 @@ async def run_python(code: str, limits: SandboxLimits | None = None, stdin: str 
     )
 
 
-def run_python_sync(code: str, limits: SandboxLimits | None = None, stdin: str | None = None) -> SandboxResult:
+def run_python_sync(
+    code: str, limits: SandboxLimits | None = None, stdin: str | None = None
+) -> SandboxResult:
     """`run_python` for synchronous callers; not usable from inside a running event loop."""
     return asyncio.run(run_python(code, limits, stdin))
 

@@ -97,7 +97,9 @@ def _enum_schema(values: Sequence[Any], where: str) -> dict[str, Any]:
     for value in values:
         json_type = _json_type(value)
         if json_type is None:
-            raise ConfigError(f"{where}: enum value {value!r} is not a JSON scalar (str, int, float, bool, None).")
+            raise ConfigError(
+                f"{where}: enum value {value!r} is not a JSON scalar (str, int, float, bool, None)."
+            )
         if json_type not in json_types:
             json_types.append(json_type)
     schema: dict[str, Any] = {"type": json_types[0] if len(json_types) == 1 else json_types}
