@@ -1,4 +1,4 @@
-"""MultiTurnEnv: the turn loop "is_completed? → model → is_completed? → env_response".
+"""MultiTurnEnv: the turn loop "model → is_completed? → env_response → is_completed?", up to ``max_turns``.
 
 Hooks may be sync or async. ``env_response`` may return ``(messages, state)``
 (2025 style), a list of messages (later style), one message dict, or a string
@@ -115,8 +115,6 @@ class MultiTurnEnv(Environment):
             return completion, state
 
         while True:
-            if state["turn"] > 0 and await maybe_await(self.is_completed(messages, state, **kwargs)):
-                return record("completed")
             if 0 < self.max_turns <= state["turn"]:
                 return record("max_turns")
             try:
@@ -142,8 +140,8 @@ class MultiTurnEnv(Environment):
                 return record("length")
             if await maybe_await(self.is_completed(messages, state, **kwargs)):
                 return record("completed")
-            if 0 < self.max_turns <= state["turn"]:
-                return record("max_turns")
+            # The environment always answers the model's turn, also its last allowed one, so
+            # a game's verdict on the final move is part of the transcript.
             env_msgs, state = _normalise_env_response(
                 await maybe_await(self.env_response(messages, state, **kwargs)), state, completion_mode
             )
@@ -154,3 +152,5 @@ class MultiTurnEnv(Environment):
                 messages.extend(env_msgs)
                 completion.extend(env_msgs)
             state["completion"] = completion
+            if await maybe_await(self.is_completed(messages, state, **kwargs)):
+                return record("completed")

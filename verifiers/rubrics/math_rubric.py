@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from verifiers.parsers.parser import Parser, extract_boxed_answer
 from verifiers.rubrics.rubric import RewardFunc, Rubric
+
+
+_TIMEOUT_S = 5
 
 
 def _boxed_or_text(text: str) -> str:
@@ -24,10 +28,12 @@ def math_equal(predicted: str, answer: str) -> bool:
     predicted, answer = predicted.strip(), str(answer).strip()
     if not predicted:
         return False
-    gold = parse(_wrap(answer), parsing_timeout=None)
-    pred = parse(_wrap(predicted), parsing_timeout=None)
+    # math-verify's timeouts use SIGALRM, which only works on the main thread.
+    limit = _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    gold = parse(_wrap(answer), parsing_timeout=limit)
+    pred = parse(_wrap(predicted), parsing_timeout=limit)
     if gold and pred:
-        return bool(verify(gold, pred, timeout_seconds=None))
+        return bool(verify(gold, pred, timeout_seconds=limit))
     return predicted == answer
 
 
