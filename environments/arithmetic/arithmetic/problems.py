@@ -93,8 +93,9 @@ def make_problem(
 
 def _divisors_in_range(n: int, low: int, high: int) -> list[int]:
     """Non-zero divisors ``d`` of ``n`` (either sign) with ``low <= d <= high``."""
-    if n == 0:
-        return [d for d in range(low, high + 1) if d != 0][:50]
+    if n == 0:  # everything divides 0: offer a few small divisors, lazily (the range may be huge)
+        candidates = (d for d in range(max(low, -50), min(high, 50) + 1) if d != 0)
+        return list(candidates)
     out = []
     m = abs(n)
     d = 1
