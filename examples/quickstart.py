@@ -18,7 +18,7 @@ import statistics
 import verifiers as vf
 from verifiers.testing import ScriptedReply, ScriptedServer, ServerScript
 
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike"]
 
 
 def build_env(n: int = 40, seed: int = 0) -> vf.Environment:

@@ -116,6 +116,12 @@ class RolloutResult(BaseModel):
     def has_error(self) -> bool:
         return self.error is not None
 
+    def token_sequence(self) -> Any:
+        """All model calls as one sequence with a loss mask (`verifiers.rollout.tokens.TokenSequence`)."""
+        from verifiers.rollout.tokens import assemble_tokens
+
+        return assemble_tokens(self.tokens)
+
 
 class GenerateOutputs(BaseModel):
     """Results of ``generate``/``evaluate``: list-valued columns, one entry per rollout (0.1.x shape)."""

@@ -345,7 +345,28 @@ async def test_hang_triggers_client_timeout_and_server_still_stops_fast() -> Non
     assert time.perf_counter() - t0 < 2.0
 
 
+async def test_stop_cancels_in_flight_hangs_quickly() -> None:
+    srv = ScriptedServer(ServerScript(hang_rate=1.0, hang_s=60)).start()
+    async with aclient(srv, max_retries=0, timeout=30) as c:
+        pending = asyncio.create_task(c.chat.completions.create(model="m", messages=USER))
+        while srv.n_hangs == 0:
+            await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        await asyncio.to_thread(srv.stop)
+        assert time.perf_counter() - t0 < 2.0
+        with pytest.raises(openai.APIConnectionError):
+            await pending
+
+
 # -- running -----------------------------------------------------------------------------
+
+
+def test_port_conflict_raises_and_restart_works(server: ScriptedServer) -> None:
+    with pytest.raises(OSError):
+        ScriptedServer(port=server.port).start()
+    server.stop()
+    server.start()
+    assert client(server).chat.completions.create(model="m", messages=USER).choices[0].message.content
 
 
 async def test_async_context_manager_serves_from_its_own_thread() -> None:
@@ -392,6 +413,14 @@ def test_spawn_runs_in_a_subprocess_and_stops() -> None:
         assert resp.choices[0].message.content == "from child: hello"
         assert srv.stats() == {"n_requests": 2, "n_errors": 1, "n_hangs": 0}
     assert srv.proc.poll() is not None
+
+
+def test_spawned_child_exits_after_max_lifetime() -> None:
+    srv = ScriptedServer.spawn(max_lifetime_s=0.3)
+    try:
+        assert srv.proc.wait(timeout=5) == 0
+    finally:
+        srv.stop()
 
 
 def _alive(pid: int) -> bool:

@@ -15,6 +15,7 @@ response objects, which both costs CPU and drops vLLM's token-id fields.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import importlib
 import json
@@ -176,10 +177,8 @@ async def run_in_fresh_loop(coro: Awaitable[T]) -> T:
     finally:
         _EPHEMERAL_CLIENTS.reset(token)
         for c in created:
-            try:
+            with contextlib.suppress(Exception):
                 await c.close()
-            except Exception:
-                pass
 
 
 class OpenAIChatClient:

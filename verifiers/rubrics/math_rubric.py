@@ -8,7 +8,6 @@ from typing import Any
 from verifiers.parsers.parser import Parser, extract_boxed_answer
 from verifiers.rubrics.rubric import RewardFunc, Rubric
 
-
 _TIMEOUT_S = 5
 
 

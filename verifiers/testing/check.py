@@ -46,8 +46,15 @@ def _garbage_script(env: Environment) -> ServerScript:
     tools = env.oai_tools or []
     if tools:
         name = tools[0]["function"]["name"]
-        replies.insert(0, ScriptedReply(turn=0, content=None, tool_calls=[ScriptedToolCall(name=name, arguments="{bad")]))
-        replies.insert(1, ScriptedReply(turn=1, content=None, tool_calls=[ScriptedToolCall(name="no_such_tool", arguments="{}")]))
+        replies.insert(
+            0, ScriptedReply(turn=0, content=None, tool_calls=[ScriptedToolCall(name=name, arguments="{bad")])
+        )
+        replies.insert(
+            1,
+            ScriptedReply(
+                turn=1, content=None, tool_calls=[ScriptedToolCall(name="no_such_tool", arguments="{}")]
+            ),
+        )
     replies.append(ScriptedReply(content=""))
     return ServerScript(replies=replies)
 
@@ -88,7 +95,9 @@ def _check_static(env: Environment, report: CheckReport) -> None:
             p.append(f"tool schema is not valid: {exc}")
 
 
-def _check_outputs(label: str, out: GenerateOutputs, expected: int, names: list[str], report: CheckReport) -> None:
+def _check_outputs(
+    label: str, out: GenerateOutputs, expected: int, names: list[str], report: CheckReport
+) -> None:
     p = report.problems
     if len(out.results) != expected:
         p.append(f"{label}: expected {expected} results, got {len(out.results)}")
@@ -148,7 +157,8 @@ async def a_check_environment(
             await client.close()
     if report.problems and raise_on_problem:
         raise EnvironmentCheckError(
-            f"environment {report.env!r} failed {len(report.problems)} check(s):\n- " + "\n- ".join(report.problems)
+            f"environment {report.env!r} failed {len(report.problems)} check(s):\n- "
+            + "\n- ".join(report.problems)
         )
     return report
 

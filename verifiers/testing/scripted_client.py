@@ -46,7 +46,9 @@ class ScriptedClient:
     exception instance, which is raised (to test error paths).
     """
 
-    def __init__(self, replies: Sequence[Reply] | ReplyFn | ServerScript = ("",), latency_s: float = 0.0) -> None:
+    def __init__(
+        self, replies: Sequence[Reply] | ReplyFn | ServerScript = ("",), latency_s: float = 0.0
+    ) -> None:
         self._script = _Compiled(replies) if isinstance(replies, ServerScript) else None
         self._fn = replies if callable(replies) and not isinstance(replies, ServerScript) else None
         self._list = list(replies) if self._script is None and self._fn is None else []  # type: ignore[arg-type]

@@ -295,6 +295,13 @@ def _fill(rule: _Rule, last_user: str, last_message: str, turn: int) -> str | No
     return _PLACEHOLDER_RE.sub(lambda m: values[m.group(1)], rule.content)
 
 
+def _n_of(body: dict[str, Any]) -> int:
+    n = int(body.get("n") or 1)
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    return n
+
+
 def _max_tokens(body: dict[str, Any]) -> int | None:
     limit = body.get("max_completion_tokens")
     if limit is None:
@@ -377,8 +384,14 @@ class _ScriptedApp:
             raise
         return runner, runner.addresses[0][1]
 
-    # Shared prologue of both completion endpoints: parse, log, inject failures.
-    async def _admit(self, request: web.Request) -> tuple[dict[str, Any] | None, web.Response | None]:
+    async def _admit(
+        self, request: web.Request, state: _Compiled
+    ) -> tuple[dict[str, Any] | None, web.Response | None]:
+        """Shared prologue of both completion endpoints: parse, log, inject failures.
+
+        ``state`` is the script current on arrival: a request keeps it even if it hangs
+        across a `set_script`.
+        """
         self.n_requests += 1
         try:
             body = json.loads(await request.read())
@@ -388,7 +401,6 @@ class _ScriptedApp:
             self.n_errors += 1
             return None, _error(400, "request body must be a JSON object")
         self.request_log.append(body)
-        state = self.compiled
         if state.fail_remaining > 0:
             state.fail_remaining -= 1
             self.n_errors += 1
@@ -407,14 +419,14 @@ class _ScriptedApp:
         return body, None
 
     async def _chat(self, request: web.Request) -> web.Response:
-        body, failure = await self._admit(request)
+        state = self.compiled
+        body, failure = await self._admit(request, state)
         if failure is not None:
             return failure
         assert body is not None
-        state = self.compiled
         try:
             prompt, last_user, last_message, turn = _render_chat(body["messages"])
-            n = int(body.get("n") or 1)
+            n = _n_of(body)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             self.n_errors += 1
             return _error(400, f"invalid chat request: {e!r}")
@@ -476,14 +488,14 @@ class _ScriptedApp:
         return _json(payload)
 
     async def _completions(self, request: web.Request) -> web.Response:
-        body, failure = await self._admit(request)
+        state = self.compiled
+        body, failure = await self._admit(request, state)
         if failure is not None:
             return failure
         assert body is not None
-        state = self.compiled
         try:
             prompts = _prompts_of(body["prompt"])
-            n = int(body.get("n") or 1)
+            n = _n_of(body)
         except (KeyError, TypeError, ValueError) as e:
             self.n_errors += 1
             return _error(400, f"invalid completion request: {e!r}")
@@ -638,20 +650,19 @@ class ScriptedServer:
     def _serve(self, ready: threading.Event, failure: list[BaseException]) -> None:
         loop = asyncio.new_event_loop()
         try:
-            try:
-                runner, self._port = loop.run_until_complete(self._app.start_runner(self._requested_port))
-            except BaseException as e:
-                failure.append(e)
-                return
-            finally:
-                self._loop = loop
-                ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(runner.cleanup())
-                _cancel_all(loop)
+            runner, self._port = loop.run_until_complete(self._app.start_runner(self._requested_port))
+        except BaseException as e:  # e.g. the port is taken: re-raised by start()
+            failure.append(e)
+            loop.close()
+            ready.set()
+            return
+        self._loop = loop
+        ready.set()
+        try:
+            loop.run_forever()
         finally:
+            loop.run_until_complete(runner.cleanup())
+            _cancel_all(loop)
             loop.close()
 
     def __enter__(self) -> ScriptedServer:
@@ -904,4 +915,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the importable module's main, not this `__main__` copy of it, so the script models
+    # are the canonical classes (pydantic resolves their annotations through sys.modules).
+    from verifiers.testing.server import main as _main
+
+    _main()

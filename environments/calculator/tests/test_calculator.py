@@ -1,0 +1,201 @@
+"""calculator: the safe evaluator, problem generation, and tool-calling rollouts over HTTP."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+
+import pytest
+import verifiers as vf
+import verifiers.testing
+from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
+
+import calculator
+from calculator import calculate, safe_eval
+
+
+def small_env(**kwargs: object) -> vf.Environment:
+    args: dict[str, object] = {"num_train_examples": 12, "num_eval_examples": 4, "seed": 3}
+    args.update(kwargs)
+    return calculator.load_environment(**args)
+
+
+# -- the tool ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("1 + 2 * 3", "7"),
+        ("(1 + 2) * 3", "9"),
+        ("-3 + -(-4)", "1"),
+        ("+5", "5"),
+        ("7 / 2", "3.5"),
+        ("8 / 2", "4"),
+        ("7 // 2", "3"),
+        ("-7 // 2", "-4"),
+        ("7 % 3", "1"),
+        ("2 ** 10", "1024"),
+        ("2 ^ 10", "1024"),
+        ("2 ** -1", "0.5"),
+        ("10 / 3", "3.33333333333"),
+        ("1.5 * 4", "6"),
+        (" 12345 * 6789 ", "83810205"),
+    ],
+)
+def test_calculate_evaluates_arithmetic(expression: str, expected: str) -> None:
+    assert calculate(expression) == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("__import__('os').system('true')", "function call"),
+        ("abs(-1)", "function call"),
+        ("x + 1", "name 'x'"),
+        ("(1).real", "Attribute"),
+        ("'a' * 3", "only numbers"),
+        ("True + 1", "only numbers"),
+        ("1j * 2", "only numbers"),
+        ("[1, 2]", "List"),
+        ("3 < 4", "Compare"),
+        ("5 & 3", "not allowed"),
+        ("1 / 0", "division by zero"),
+        ("1 % 0", "division by zero"),
+        ("0 ** -1", "division by zero"),
+        ("2 ** 101", "exponent 101 is too large"),
+        ("9 ** 9 ** 9", "too large"),
+        (" * ".join(["10 ** 100"] * 11), "more than 1000 digits"),
+        ("1e308 * 10", "too large"),
+        ("(-8) ** 0.5", "no real value"),
+        ("", "empty"),
+        ("1 +", "could not parse"),
+        ("1" * 501, "limit is 500"),
+        ("(" * 240 + "1" + ")" * 240, "could not parse"),
+    ],
+)
+def test_calculate_refuses_everything_else(expression: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        calculate(expression)
+
+
+def test_tool_schema_comes_from_the_docstring() -> None:
+    (schema,) = small_env().oai_tools
+    fn = schema["function"]
+    assert fn["name"] == "calculate"
+    assert "arithmetic" in fn["description"]
+    assert fn["parameters"]["required"] == ["expression"]
+    assert fn["parameters"]["properties"]["expression"]["type"] == "string"
+
+
+# -- data ----------------------------------------------------------------------------------
+
+
+def test_data_is_seeded_sized_and_solvable() -> None:
+    a, b, c = small_env(), small_env(), small_env(seed=4)
+    assert len(a.dataset) == 12 and len(a.eval_dataset) == 4
+    assert a.dataset["prompt"] == b.dataset["prompt"] and a.eval_dataset["answer"] == b.eval_dataset["answer"]
+    assert a.dataset["prompt"] != c.dataset["prompt"]
+    train_q = {r["prompt"][-1]["content"] for r in a.dataset}
+    assert not train_q & {r["prompt"][-1]["content"] for r in a.eval_dataset}
+    kinds = set()
+    for row in [*a.dataset, *a.eval_dataset]:
+        info = row["info"]
+        kinds.add(info["kind"])
+        assert row["answer"] == str(safe_eval(info["solution"]))
+        # every number of the reference solution appears in the question
+        for number in re.findall(r"\d+", info["solution"]):
+            assert number in row["prompt"][-1]["content"]
+    assert len(kinds) >= 4
+
+
+# -- rollouts over HTTP --------------------------------------------------------------------
+
+
+async def test_tool_call_then_answer_scores_full_reward() -> None:
+    env = small_env()
+    rows = list(env.eval_dataset)
+    replies = [
+        ScriptedReply(
+            turn=0,
+            match=re.escape(r["prompt"][-1]["content"]),
+            tool_calls=[ScriptedToolCall(name="calculate", arguments=json.dumps({"expression": r["info"]["solution"]}))],
+        )
+        for r in rows
+    ]
+    replies.append(ScriptedReply(turn=1, content="The calculator says \\boxed{{last_message}}."))
+    with ScriptedServer(ServerScript(replies=replies)) as srv:
+        out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=4)
+    assert out.error == [None] * 4
+    assert out.stop_reason == ["completed"] * 4
+    for completion, answer in zip(out.completion, out.answer, strict=True):
+        assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]
+        assert completion[1]["content"] == answer  # the tool really computed the answer
+        assert completion[1]["tool_call_id"] == completion[0]["tool_calls"][0]["id"]
+    assert out.reward == [1.0] * 4
+    assert out.metrics["correct_answer_reward_func"] == [1.0] * 4
+    assert out.metrics["calculate_calls"] == [1.0] * 4
+    assert out.metrics["total_tool_calls"] == [1.0] * 4
+    assert srv.requests[0]["tools"] == env.oai_tools
+
+
+async def test_bad_tool_calls_come_back_as_tool_messages() -> None:
+    env = small_env()
+    script = ServerScript(
+        replies=[
+            ScriptedReply(
+                turn=0,
+                tool_calls=[
+                    ScriptedToolCall(name="calculate", arguments="{bad"),
+                    ScriptedToolCall(name="calculate", arguments='{"expression": "open(\'/etc/passwd\')"}'),
+                    ScriptedToolCall(name="calculate", arguments='{"expr": "1 + 1"}'),
+                ],
+            ),
+            ScriptedReply(turn=1, content="I could not compute it: \\boxed{0}"),
+        ]
+    )
+    with ScriptedServer(script) as srv:
+        out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=2)
+    assert out.error == [None, None]
+    assert out.stop_reason == ["completed", "completed"]
+    for completion, state in zip(out.completion, out.state, strict=True):
+        assert [m["role"] for m in completion] == ["assistant", "tool", "tool", "tool", "assistant"]
+        bad_json, forbidden, wrong_name = (m["content"] for m in completion[1:4])
+        assert bad_json.startswith("Error:") and "not valid JSON" in bad_json and "{bad" in bad_json
+        assert forbidden.startswith("Error:") and "ValueError" in forbidden and "function call is not allowed" in forbidden
+        assert wrong_name.startswith("Error:") and "expression" in wrong_name
+        assert len(state["tool_errors"]) == 3
+    assert out.metrics["calculate_calls"] == [3.0, 3.0]
+    # the errors reached the model: its second request carries them
+    second = [r for r in srv.requests if len(r["messages"]) > 3][0]["messages"]
+    assert "not valid JSON" in second[-3]["content"]
+
+
+async def test_max_turns_ends_a_model_that_never_answers() -> None:
+    env = small_env(max_turns=2)
+    script = ServerScript(
+        replies=[ScriptedReply(tool_calls=[ScriptedToolCall(name="calculate", arguments='{"expression": "1 + 1"}')])]
+    )
+    with ScriptedServer(script) as srv:
+        out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=1)
+    assert out.stop_reason == ["max_turns"]
+    assert out.error == [None]
+    assert out.reward == [0.0]
+    assert sum(m["role"] == "assistant" for m in out.completion[0]) == 2
+
+
+async def test_load_by_id() -> None:
+    env = vf.load_environment("calculator", num_train_examples=3, num_eval_examples=2, max_turns=7)
+    assert env.env_id == "calculator"
+    assert env.max_turns == 7
+    assert len(env.dataset) == 3 and len(env.eval_dataset) == 2
+
+
+async def test_check_environment() -> None:
+    check = getattr(verifiers.testing, "check_environment", None)
+    if check is None:
+        pytest.skip("verifiers.testing.check_environment is not available yet")
+    result = check(small_env())
+    if inspect.isawaitable(result):
+        await result
