@@ -11,7 +11,6 @@ import random
 from typing import Any
 
 import verifiers as vf
-
 from arithmetic.problems import ALLOWED_OPERATIONS, evaluate, make_examples, make_problem
 
 __all__ = ["SYSTEM_PROMPT", "evaluate", "load_environment", "make_examples", "make_problem"]
@@ -51,7 +50,9 @@ def load_environment(
     """
     ops = "".join(dict.fromkeys(operations + ("/" if allow_division else "")))
     if not ops or set(ops) - ALLOWED_OPERATIONS:
-        raise ValueError(f"operations must be a non-empty string of {''.join(sorted(ALLOWED_OPERATIONS))}, got {ops!r}")
+        raise ValueError(
+            f"operations must be a non-empty string of {''.join(sorted(ALLOWED_OPERATIONS))}, got {ops!r}"
+        )
     if min_operand > max_operand:
         raise ValueError(f"min_operand ({min_operand}) is larger than max_operand ({max_operand})")
     if num_terms < 2:

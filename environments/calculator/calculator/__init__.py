@@ -11,7 +11,6 @@ import random
 from typing import Any
 
 import verifiers as vf
-
 from calculator.problems import TEMPLATES, make_examples
 from calculator.safe_eval import format_number, safe_eval
 

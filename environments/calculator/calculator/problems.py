@@ -92,5 +92,7 @@ def make_examples(n: int, rng: random.Random, exclude: set[str] | None = None) -
             continue
         seen.add(question)
         answer = safe_eval(expression)
-        rows.append({"question": question, "answer": str(answer), "info": {"kind": kind, "solution": expression}})
+        rows.append(
+            {"question": question, "answer": str(answer), "info": {"kind": kind, "solution": expression}}
+        )
     return rows

@@ -31,7 +31,15 @@ _BINARY: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
 }
-_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
+_SYMBOLS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+}
 _INT_LIMIT = 10**MAX_DIGITS
 
 
@@ -87,13 +95,15 @@ def _eval(node: ast.AST) -> Number:
 
 def _power(base: Number, exponent: Number) -> Number:
     if abs(exponent) > MAX_ABS_EXPONENT:
-        raise ValueError(f"exponent {exponent} is too large; the limit is {MAX_ABS_EXPONENT} in absolute value")
+        raise ValueError(
+            f"exponent {exponent} is too large; the limit is {MAX_ABS_EXPONENT} in absolute value"
+        )
     if base == 0 and exponent < 0:
         raise ZeroDivisionError
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and base not in (0, 1, -1):
-        # Refuse before computing: the digits of base**exponent are about exponent*log10|base|.
-        if exponent * math.log10(abs(base)) > MAX_DIGITS:
-            raise ValueError(f"the result has more than {MAX_DIGITS} digits")
+    # Refuse before computing: the digits of base**exponent are about exponent*log10|base|.
+    exact = isinstance(base, int) and isinstance(exponent, int)
+    if exact and exponent > 0 and base not in (0, 1, -1) and exponent * math.log10(abs(base)) > MAX_DIGITS:
+        raise ValueError(f"the result has more than {MAX_DIGITS} digits")
     result = base**exponent
     if isinstance(result, complex):
         raise ValueError("a negative number to a fractional power has no real value")

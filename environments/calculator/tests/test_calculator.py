@@ -6,13 +6,13 @@ import inspect
 import json
 import re
 
+import calculator
 import pytest
+from calculator import calculate, safe_eval
+
 import verifiers as vf
 import verifiers.testing
 from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
-
-import calculator
-from calculator import calculate, safe_eval
 
 
 def small_env(**kwargs: object) -> vf.Environment:
@@ -120,12 +120,16 @@ async def test_tool_call_then_answer_scores_full_reward() -> None:
         ScriptedReply(
             turn=0,
             match=re.escape(r["prompt"][-1]["content"]),
-            tool_calls=[ScriptedToolCall(name="calculate", arguments=json.dumps({"expression": r["info"]["solution"]}))],
+            tool_calls=[
+                ScriptedToolCall(
+                    name="calculate", arguments=json.dumps({"expression": r["info"]["solution"]})
+                )
+            ],
         )
         for r in rows
     ]
     replies.append(ScriptedReply(turn=1, content="The calculator says \\boxed{{last_message}}."))
-    with ScriptedServer(ServerScript(replies=replies)) as srv:
+    async with ScriptedServer(ServerScript(replies=replies)) as srv:
         out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=4)
     assert out.error == [None] * 4
     assert out.stop_reason == ["completed"] * 4
@@ -155,7 +159,7 @@ async def test_bad_tool_calls_come_back_as_tool_messages() -> None:
             ScriptedReply(turn=1, content="I could not compute it: \\boxed{0}"),
         ]
     )
-    with ScriptedServer(script) as srv:
+    async with ScriptedServer(script) as srv:
         out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=2)
     assert out.error == [None, None]
     assert out.stop_reason == ["completed", "completed"]
@@ -163,21 +167,29 @@ async def test_bad_tool_calls_come_back_as_tool_messages() -> None:
         assert [m["role"] for m in completion] == ["assistant", "tool", "tool", "tool", "assistant"]
         bad_json, forbidden, wrong_name = (m["content"] for m in completion[1:4])
         assert bad_json.startswith("Error:") and "not valid JSON" in bad_json and "{bad" in bad_json
-        assert forbidden.startswith("Error:") and "ValueError" in forbidden and "function call is not allowed" in forbidden
+        assert (
+            forbidden.startswith("Error:")
+            and "ValueError" in forbidden
+            and "function call is not allowed" in forbidden
+        )
         assert wrong_name.startswith("Error:") and "expression" in wrong_name
         assert len(state["tool_errors"]) == 3
     assert out.metrics["calculate_calls"] == [3.0, 3.0]
     # the errors reached the model: its second request carries them
-    second = [r for r in srv.requests if len(r["messages"]) > 3][0]["messages"]
+    second = next(r for r in srv.requests if len(r["messages"]) > 3)["messages"]
     assert "not valid JSON" in second[-3]["content"]
 
 
 async def test_max_turns_ends_a_model_that_never_answers() -> None:
     env = small_env(max_turns=2)
     script = ServerScript(
-        replies=[ScriptedReply(tool_calls=[ScriptedToolCall(name="calculate", arguments='{"expression": "1 + 1"}')])]
+        replies=[
+            ScriptedReply(
+                tool_calls=[ScriptedToolCall(name="calculate", arguments='{"expression": "1 + 1"}')]
+            )
+        ]
     )
-    with ScriptedServer(script) as srv:
+    async with ScriptedServer(script) as srv:
         out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=1)
     assert out.stop_reason == ["max_turns"]
     assert out.error == [None]
@@ -193,9 +205,11 @@ async def test_load_by_id() -> None:
 
 
 async def test_check_environment() -> None:
-    check = getattr(verifiers.testing, "check_environment", None)
-    if check is None:
+    testing = verifiers.testing
+    if not hasattr(testing, "check_environment"):
         pytest.skip("verifiers.testing.check_environment is not available yet")
-    result = check(small_env())
-    if inspect.isawaitable(result):
-        await result
+    check = getattr(testing, "a_check_environment", None) or testing.check_environment
+    report = check(small_env())
+    if inspect.isawaitable(report):
+        report = await report
+    assert getattr(report, "ok", True), report

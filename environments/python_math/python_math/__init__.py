@@ -11,7 +11,6 @@ import random
 from typing import Any
 
 import verifiers as vf
-
 from python_math.problems import KINDS, make_examples, solve
 
 __all__ = ["KINDS", "SYSTEM_PROMPT", "load_environment", "make_examples", "solve"]

@@ -154,5 +154,7 @@ def make_examples(
         if question in seen:
             continue
         seen.add(question)
-        rows.append({"question": question, "answer": str(solve(kind, params)), "info": {"kind": kind, **params}})
+        rows.append(
+            {"question": question, "answer": str(solve(kind, params)), "info": {"kind": kind, **params}}
+        )
     return rows

@@ -8,13 +8,13 @@ import math
 import re
 
 import pytest
+import python_math
 import sympy
+from python_math import KINDS, solve
+
 import verifiers as vf
 import verifiers.testing
 from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
-
-import python_math
-from python_math import KINDS, solve
 
 
 def small_env(**kwargs: object) -> vf.Environment:
@@ -66,7 +66,9 @@ def test_data_is_seeded_sized_and_correct() -> None:
     assert len(a.dataset) == 14 and len(a.eval_dataset) == 7
     assert a.dataset["info"] == b.dataset["info"] and a.eval_dataset["answer"] == b.eval_dataset["answer"]
     assert a.dataset["info"] != c.dataset["info"]
-    assert not {r["prompt"][-1]["content"] for r in a.dataset} & {r["prompt"][-1]["content"] for r in a.eval_dataset}
+    assert not {r["prompt"][-1]["content"] for r in a.dataset} & {
+        r["prompt"][-1]["content"] for r in a.eval_dataset
+    }
     assert {r["info"]["kind"] for r in a.dataset} == set(KINDS)
     for row in [*a.dataset, *a.eval_dataset]:
         assert row["answer"] == str(reference(row["info"])), row
@@ -92,14 +94,19 @@ async def test_code_runs_in_the_sandbox_and_the_answer_scores() -> None:
             turn=0,
             match=re.escape(r["prompt"][-1]["content"]),
             tool_calls=[
-                ScriptedToolCall(name="python", arguments=json.dumps({"code": PROGRAMS[r["info"]["kind"]].format(**r["info"])}))
+                ScriptedToolCall(
+                    name="python",
+                    arguments=json.dumps({"code": PROGRAMS[r["info"]["kind"]].format(**r["info"])}),
+                )
             ],
         )
         for r in rows
     ]
     replies.append(ScriptedReply(turn=1, content="The program printed it: \\boxed{{last_message}}"))
-    with ScriptedServer(ServerScript(replies=replies)) as srv:
-        out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=len(rows), max_concurrent=2)
+    async with ScriptedServer(ServerScript(replies=replies)) as srv:
+        out = await env.a_evaluate(
+            vf.make_client(srv.base_url), "scripted", num_examples=len(rows), max_concurrent=2
+        )
     assert out.error == [None] * len(rows)
     for completion, answer in zip(out.completion, out.answer, strict=True):
         assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]
@@ -124,7 +131,7 @@ async def test_malformed_and_failing_code_come_back_as_tool_messages() -> None:
             ScriptedReply(turn=1, content="\\boxed{0}"),
         ]
     )
-    with ScriptedServer(script) as srv:
+    async with ScriptedServer(script) as srv:
         out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=1)
     assert out.error == [None]
     assert out.stop_reason == ["completed"]
@@ -145,13 +152,15 @@ async def test_sandbox_limits_come_from_load_environment() -> None:
                 turn=0,
                 tool_calls=[
                     ScriptedToolCall(name="python", arguments=json.dumps({"code": "while True:\n    pass"})),
-                    ScriptedToolCall(name="python", arguments=json.dumps({"code": "x = bytearray(400 * 2**20)"})),
+                    ScriptedToolCall(
+                        name="python", arguments=json.dumps({"code": "x = bytearray(400 * 2**20)"})
+                    ),
                 ],
             ),
             ScriptedReply(turn=1, content="\\boxed{0}"),
         ]
     )
-    with ScriptedServer(script) as srv:
+    async with ScriptedServer(script) as srv:
         out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=1)
     assert out.error == [None]
     looped, allocated = (m["content"] for m in out.completion[0][1:3])
@@ -168,9 +177,11 @@ async def test_load_by_id() -> None:
 
 
 async def test_check_environment() -> None:
-    check = getattr(verifiers.testing, "check_environment", None)
-    if check is None:
+    testing = verifiers.testing
+    if not hasattr(testing, "check_environment"):
         pytest.skip("verifiers.testing.check_environment is not available yet")
-    result = check(small_env())
-    if inspect.isawaitable(result):
-        await result
+    check = getattr(testing, "a_check_environment", None) or testing.check_environment
+    report = check(small_env())
+    if inspect.isawaitable(report):
+        report = await report
+    assert getattr(report, "ok", True), report

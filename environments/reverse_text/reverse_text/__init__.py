@@ -10,8 +10,6 @@ import random
 from typing import Any
 
 import verifiers as vf
-from verifiers.parsers.parser import Messages
-
 from reverse_text.data import load_words, make_examples
 from reverse_text.reward import lcs_length, lcs_similarity
 
@@ -25,7 +23,7 @@ Think step by step inside <think>...</think>, then give only the reversed text i
 <answer>...</answer>."""
 
 
-def lcs_reward(completion: Messages, answer: str, parser: vf.Parser) -> float:
+def lcs_reward(completion: vf.Messages, answer: str, parser: vf.Parser) -> float:
     """LCS similarity between the parsed ``<answer>`` and the reversed text (0.0 without an answer)."""
     parsed = parser.parse_answer(completion)
     if parsed is None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import reverse_text
+from reverse_text import lcs_length, lcs_reward, lcs_similarity, load_words
+
 import verifiers as vf
 import verifiers.testing
 from verifiers.testing import ScriptedReply, ScriptedServer, ServerScript
-
-import reverse_text
-from reverse_text import lcs_length, lcs_reward, lcs_similarity, load_words
 
 
 def small_env(**kwargs: object) -> vf.Environment:
@@ -101,9 +101,13 @@ def test_lcs_reward_reads_the_answer_tag() -> None:
 
 async def test_perfect_model_scores_full_reward() -> None:
     env = small_env()
-    script = ServerScript(replies=[ScriptedReply(content="<think>ok</think>\n<answer>{reversed_last_user}</answer>")])
-    with ScriptedServer(script) as srv:
-        out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=3, rollouts_per_example=2)
+    script = ServerScript(
+        replies=[ScriptedReply(content="<think>ok</think>\n<answer>{reversed_last_user}</answer>")]
+    )
+    async with ScriptedServer(script) as srv:
+        out = await env.a_evaluate(
+            vf.make_client(srv.base_url), "scripted", num_examples=3, rollouts_per_example=2
+        )
     assert len(out.reward) == 6
     assert out.error == [None] * 6
     assert out.stop_reason == ["completed"] * 6
@@ -122,11 +126,15 @@ async def test_wrong_and_unformatted_answers_score_low() -> None:
             ScriptedReply(content="<think>hmm</think><answer>{last_user}</answer>"),  # not reversed
         ]
     )
-    with ScriptedServer(script) as srv:
+    async with ScriptedServer(script) as srv:
         out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=4)
     branches = {"tagged": 0, "untagged": 0}
     for prompt, completion, reward, lcs, fmt in zip(
-        out.prompt, out.completion, out.reward, out.metrics["lcs_reward"], out.metrics["format_reward_func"],
+        out.prompt,
+        out.completion,
+        out.reward,
+        out.metrics["lcs_reward"],
+        out.metrics["format_reward_func"],
         strict=True,
     ):
         text = prompt[-1]["content"]
@@ -148,9 +156,11 @@ async def test_load_by_id() -> None:
 
 
 async def test_check_environment() -> None:
-    check = getattr(verifiers.testing, "check_environment", None)
-    if check is None:
+    testing = verifiers.testing
+    if not hasattr(testing, "check_environment"):
         pytest.skip("verifiers.testing.check_environment is not available yet")
-    result = check(small_env())
-    if inspect.isawaitable(result):
-        await result
+    check = getattr(testing, "a_check_environment", None) or testing.check_environment
+    report = check(small_env())
+    if inspect.isawaitable(report):
+        report = await report
+    assert getattr(report, "ok", True), report

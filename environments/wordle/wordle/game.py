@@ -44,7 +44,7 @@ def score_guess(guess: str, secret: str) -> str:
     return "".join(marks)
 
 
-def read_guess(text: str, parser: Any, vocabulary: frozenset[str] | None = None) -> tuple[str | None, str | None]:
+def read_guess(text: str, parser: Any) -> tuple[str | None, str | None]:
     """``(guess, None)`` for a valid guess in ``<guess>...</guess>``, else ``(None, why it is invalid)``.
 
     The reason is written for the model, which gets it back as the environment's reply.
@@ -53,12 +53,12 @@ def read_guess(text: str, parser: Any, vocabulary: frozenset[str] | None = None)
     if raw is None:
         return None, "no <guess>...</guess> tag found. Write your guess as <guess>word</guess>."
     guess = raw.strip().lower()
+    if not guess:
+        return None, "the <guess> tag is empty. Put one five-letter word inside it."
     if not guess.isascii() or not guess.isalpha():
         return None, f"{raw.strip()!r} is not a word: use letters a-z only."
     if len(guess) != WORD_LENGTH:
         return None, f"{guess.upper()!r} has {len(guess)} letters; guesses must have exactly {WORD_LENGTH}."
-    if vocabulary is not None and guess not in vocabulary:
-        return None, f"{guess.upper()!r} is not in the word list."
     return guess, None
 
 
@@ -80,9 +80,7 @@ class GameRecord:
         return self.solved_at is not None
 
 
-def replay(
-    completion: Any, secret: str, parser: Any, max_guesses: int, vocabulary: frozenset[str] | None = None
-) -> GameRecord:
+def replay(completion: Any, secret: str, parser: Any, max_guesses: int) -> GameRecord:
     """Replay the model's replies in ``completion`` against ``secret``, with the environment's rules."""
     record = GameRecord()
     if isinstance(completion, str):
@@ -92,7 +90,7 @@ def replay(
         if message.get("role") != "assistant" or record.solved or record.attempts >= max_guesses:
             continue
         record.attempts += 1
-        guess, _ = read_guess(message_text(message), parser, vocabulary)
+        guess, _ = read_guess(message_text(message), parser)
         if guess is None:
             continue
         record.guesses.append(guess)
