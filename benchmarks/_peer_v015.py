@@ -10,7 +10,7 @@ It reads one JSON object on stdin (written by ``rollout_engine.py``)::
      "model": "scripted",
      "rows": {"single_turn": [{"question": ..., "answer": ...}, ...], "tool": [...]},
      "plan": [{"key": ..., "workload": ..., "server": ..., "c": ..., "n": ...,
-               "reps": ..., "warmup": ..., "turns": ...}, ...]}
+               "reps": ..., "warmup": ..., "warmup_s": ..., "turns": ...}, ...]}
 
 and measures every plan entry the way a 0.1.5 user runs rollouts: the env's own
 dataset, ``await env.a_generate(dataset, client=AsyncOpenAI(...), model=...,
@@ -28,15 +28,22 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import sys
 import time
 import traceback
 import urllib.request
 from typing import Any
 
-import openai
-import verifiers as vf
-from datasets import Dataset
+# Never pick up the project's own `verifiers` package from the checkout (e.g. when
+# started with the repository root as the working directory or on PYTHONPATH).
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _REPO_ROOT]
+
+import openai  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+import verifiers as vf  # noqa: E402
 
 MAX_ERROR_SAMPLES = 5
 
@@ -106,7 +113,11 @@ async def measure(entry: dict[str, Any], env: Any, base_url: str, model: str) ->
     walls: list[float] = []
     cpus: list[float] = []
     try:
-        await run_once(env, warm, client, model, c)
+        warm_until = time.perf_counter() + entry["warmup_s"]
+        while True:  # like rollout_engine.py: until the connection pool is in its steady state
+            await run_once(env, warm, client, model, c)
+            if time.perf_counter() >= warm_until:
+                break
         for _ in range(reps):
             before = server_stats(base_url)
             gc.collect()
@@ -134,6 +145,7 @@ async def measure(entry: dict[str, Any], env: Any, base_url: str, model: str) ->
             result["error_samples"].extend(samples[: MAX_ERROR_SAMPLES - len(result["error_samples"])])
             walls.append(wall)
             cpus.append(cpu)
+            del out
     finally:
         await client.close()
     if walls:

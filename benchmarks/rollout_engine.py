@@ -62,6 +62,7 @@ MODEL = "scripted"
 LATENCY_S = 0.5
 TURNS = {"single_turn": 1, "tool": 2}
 MAX_ERROR_SAMPLES = 5
+WARMUP_S = 6.0
 
 # Targets the team must meet (printed as PASS/FAIL, never asserted).
 TARGET_RPS_C64 = 600.0
@@ -133,18 +134,23 @@ def build_env(workload: str, rows: list[dict[str, str]]) -> vf.Environment:
 
 
 def make_plan(quick: bool) -> list[dict[str, Any]]:
+    """What to measure. ``warmup`` rollouts are run again and again for at least ``warmup_s``
+    before measuring, so connection pools reach their steady state (httpx expires idle
+    keep-alive connections after 5 s; the peer's pool is slow until it has shrunk)."""
     n = 200 if quick else 1000
     n_c1 = 50 if quick else 200
     n_eff = 256 if quick else 1000
     reps = 1 if quick else 2
+    w = 0.5 if quick else WARMUP_S
     plan = []
     for wl in ("single_turn", "tool"):
         t = TURNS[wl]
+        common = {"workload": wl, "turns": t, "warmup_s": w}
         plan += [
-            {"key": f"{wl}_c1", "workload": wl, "server": "fast", "c": 1, "n": n_c1, "reps": 1, "warmup": 20, "turns": t},
-            {"key": f"{wl}_c64", "workload": wl, "server": "fast", "c": 64, "n": n, "reps": reps, "warmup": 64, "turns": t},
-            {"key": f"{wl}_c256", "workload": wl, "server": "fast", "c": 256, "n": n, "reps": reps, "warmup": 256, "turns": t},
-            {"key": f"{wl}_500ms_c256", "workload": wl, "server": "slow", "c": 256, "n": n_eff, "reps": 1, "warmup": 256, "turns": t},
+            {"key": f"{wl}_c1", "server": "fast", "c": 1, "n": n_c1, "reps": 1, "warmup": 20, **common},
+            {"key": f"{wl}_c64", "server": "fast", "c": 64, "n": n, "reps": reps, "warmup": 200, **common},
+            {"key": f"{wl}_c256", "server": "fast", "c": 256, "n": n, "reps": reps, "warmup": 512, **common},
+            {"key": f"{wl}_500ms_c256", "server": "slow", "c": 256, "n": n_eff, "reps": 1, "warmup": 256, **common},
         ]
     return plan
 
@@ -188,7 +194,11 @@ async def measure_ours(
     walls: list[float] = []
     cpus: list[float] = []
     try:
-        await env.a_generate(warm, client, MODEL, max_concurrent=c)
+        warm_until = time.perf_counter() + entry["warmup_s"]
+        while True:
+            await env.a_generate(warm, client, MODEL, max_concurrent=c)
+            if time.perf_counter() >= warm_until:
+                break
         for _ in range(reps):
             before = server.stats()
             gc.collect()
@@ -214,6 +224,7 @@ async def measure_ours(
             result["error_samples"].extend(samples[: MAX_ERROR_SAMPLES - len(result["error_samples"])])
             walls.append(wall)
             cpus.append(cpu)
+            del out
     finally:
         await client.close()
     wall = min(walls)
@@ -402,7 +413,7 @@ def print_report(fig: dict[str, Any], peer: bool) -> None:
 async def profile_ours(rows: dict[str, list[dict[str, str]]], servers: dict[str, Any], n: int) -> None:
     for wl in ("single_turn", "tool"):
         env = build_env(wl, rows[wl])
-        entry = {"key": f"{wl}_c64", "workload": wl, "server": "fast", "c": 64, "n": n, "reps": 1, "warmup": 64, "turns": TURNS[wl]}
+        entry = {"key": f"{wl}_c64", "workload": wl, "server": "fast", "c": 64, "n": n, "reps": 1, "warmup": 200, "warmup_s": 2.0, "turns": TURNS[wl]}
         prof = cProfile.Profile()
         res = await measure_ours(entry, env, servers["fast"], profiler=prof)
         print(progress_line("ours+prof", entry, res))

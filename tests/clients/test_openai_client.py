@@ -54,14 +54,19 @@ def test_make_client_api_key_resolution(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("MY_KEY", "from-env")
     assert vf.make_client("http://127.0.0.1:1/v1").api_key == "EMPTY"
     assert vf.make_client("http://127.0.0.1:1/v1", api_key_var="MY_KEY").api_key == "from-env"
-    assert vf.make_client("http://127.0.0.1:1/v1", api_key="explicit", api_key_var="MY_KEY").api_key == "explicit"
+    assert (
+        vf.make_client("http://127.0.0.1:1/v1", api_key="explicit", api_key_var="MY_KEY").api_key
+        == "explicit"
+    )
 
 
 async def test_chat_over_http_and_tools_in_body(server: ScriptedServer, client) -> None:
     server.set_script(
         ServerScript(replies=[ScriptedReply(tool_calls=[ScriptedToolCall(name="f", arguments='{"x": 1}')])])
     )
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    ]
     res = await as_chat_client(client).chat("m", USER, tools=tools, sampling_args={"temperature": 0.5})
     assert res.finish_reason == "tool_calls"
     assert res.tool_calls[0]["function"] == {"name": "f", "arguments": '{"x": 1}'}
@@ -76,7 +81,10 @@ async def test_extra_body_is_flattened(server: ScriptedServer, client) -> None:
     await as_chat_client(client).chat(
         "m",
         USER,
-        sampling_args={"max_tokens": 10, "extra_body": {"top_k": 20, "skip_special_tokens": False, "dropped": None}},
+        sampling_args={
+            "max_tokens": 10,
+            "extra_body": {"top_k": 20, "skip_special_tokens": False, "dropped": None},
+        },
     )
     body = server.requests[-1]
     assert body["top_k"] == 20
@@ -92,16 +100,6 @@ async def test_completion_endpoint(server: ScriptedServer, client) -> None:
     assert server.requests[-1]["prompt"] == "plain prompt"
 
 
-CONNECTION_REFUSED_BUG = pytest.mark.xfail(
-    reason="BUG: with the default aiohttp transport a refused connection surfaces as ModelTimeoutError: "
-    "openai's vendored httpx_aiohttp maps aiohttp.ClientConnectorError to httpx.ConnectTimeout, the SDK "
-    "raises APITimeoutError and map_openai_error maps every APITimeoutError to ModelTimeoutError without "
-    "looking at the cause chain",
-    strict=True,
-)
-
-
-@CONNECTION_REFUSED_BUG
 async def test_connection_refused_is_server_error() -> None:
     client = vf.make_client(f"http://127.0.0.1:{closed_port()}/v1", max_retries=0)
     try:
@@ -130,7 +128,6 @@ async def test_connection_refused_is_a_model_error_in_rollout(rows) -> None:
     await client.close()
 
 
-@CONNECTION_REFUSED_BUG
 async def test_connection_refused_in_rollout_is_server_error(rows) -> None:
     client = vf.make_client(f"http://127.0.0.1:{closed_port()}/v1", max_retries=0)
     env = vf.SingleTurnEnv(dataset=rows)
@@ -186,16 +183,23 @@ def test_map_openai_error_unit() -> None:
     request = httpx.Request("POST", "http://x/v1/chat/completions")
     assert isinstance(map_openai_error(openai.APITimeoutError(request=request)), ModelTimeoutError)
     assert isinstance(map_openai_error(openai.APIConnectionError(request=request)), ServerError)
-    assert isinstance(map_openai_error(_status_error(openai.RateLimitError, 429, "slow down")), RateLimitError)
+    assert isinstance(
+        map_openai_error(_status_error(openai.RateLimitError, 429, "slow down")), RateLimitError
+    )
     assert isinstance(map_openai_error(_status_error(openai.InternalServerError, 500, "boom")), ServerError)
-    assert isinstance(map_openai_error(_status_error(openai.BadRequestError, 400, "bad field")), BadRequestError)
+    assert isinstance(
+        map_openai_error(_status_error(openai.BadRequestError, 400, "bad field")), BadRequestError
+    )
     assert isinstance(map_openai_error(_status_error(openai.NotFoundError, 404, "no model")), BadRequestError)
     overlong = _status_error(
-        openai.BadRequestError, 400, "This model's maximum context length is 10 tokens. However, you requested 20"
+        openai.BadRequestError,
+        400,
+        "This model's maximum context length is 10 tokens. However, you requested 20",
     )
     assert isinstance(map_openai_error(overlong), OverlongPromptError)
     assert isinstance(
-        map_openai_error(_status_error(openai.BadRequestError, 400, "context_length_exceeded")), OverlongPromptError
+        map_openai_error(_status_error(openai.BadRequestError, 400, "context_length_exceeded")),
+        OverlongPromptError,
     )
     import json
 
@@ -216,3 +220,18 @@ def test_as_chat_client_adapters(server: ScriptedServer) -> None:
     with pytest.raises(vf.ConfigError):
         as_chat_client(object())
     sync_client.close()
+
+
+@pytest.mark.timeout(20)
+def test_sync_evaluate_keeps_client_timeout_and_retries(server: ScriptedServer) -> None:
+    """The sync path uses per-loop copies of the client: they must keep its timeout and retries."""
+    env = vf.SingleTurnEnv(dataset=[{"question": "a"}])
+    server.set_script(ServerScript(latency_s=3))
+    out = env.evaluate(vf.make_client(server.base_url, max_retries=0, timeout=0.3), "m")
+    assert out.results[0].error.type == "ModelTimeoutError"
+    assert out.results[0].timing.generation_s < 2
+    server.set_script(ServerScript(fail_first=2))
+    server.reset()
+    out = env.evaluate(vf.make_client(server.base_url, max_retries=2), "m")
+    assert out.error == [None]
+    assert server.n_requests == 3

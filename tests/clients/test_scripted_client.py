@@ -66,7 +66,9 @@ async def test_dict_replies_with_tool_calls_drive_tool_env() -> None:
             {"content": "42"},
         ]
     )
-    env = vf.ToolEnv(dataset=[{"question": "q", "answer": "42"}], tools=[add], rubric=vf.Rubric(funcs=[correct]))
+    env = vf.ToolEnv(
+        dataset=[{"question": "q", "answer": "42"}], tools=[add], rubric=vf.Rubric(funcs=[correct])
+    )
     out = await env.a_evaluate(client, "m")
     r = out.results[0]
     assert r.error is None
@@ -92,12 +94,6 @@ async def test_token_ids_prefix_consistent_for_text_turns() -> None:
     assert out.results[0].token_sequence().prefix_consistent
 
 
-@pytest.mark.xfail(
-    reason="BUG: ScriptedClient._respond builds completion ids of a tool-calling reply from the raw "
-    "arguments only, while the prompt rendering (and ScriptedServer) uses json.dumps([{name, arguments}]), "
-    "so turn k+1's prompt ids do not extend turn k's prompt+completion ids for tool calls",
-    strict=True,
-)
 async def test_token_ids_prefix_consistent_for_tool_call_turns() -> None:
     client = ScriptedClient(
         [
@@ -123,7 +119,9 @@ async def test_finish_reason_length_from_dict_reply() -> None:
 async def test_server_script_rules() -> None:
     script = ServerScript(
         replies=[
-            ScriptedReply(match="weather", tool_calls=[ScriptedToolCall(name="add", arguments='{"a": 1, "b": 2}')]),
+            ScriptedReply(
+                match="weather", tool_calls=[ScriptedToolCall(name="add", arguments='{"a": 1, "b": 2}')]
+            ),
             ScriptedReply(content="turn {turn}: {reversed_last_user}"),
         ]
     )

@@ -39,7 +39,9 @@ def test_well_formed_single_turn_env_passes() -> None:
 
 @pytest.mark.timeout(30)
 async def test_well_formed_tool_env_passes_async() -> None:
-    env = vf.ToolEnv(dataset=[{"question": "q", "answer": "q"}], tools=[add], rubric=vf.ToolRubric(tools=[add]))
+    env = vf.ToolEnv(
+        dataset=[{"question": "q", "answer": "q"}], tools=[add], rubric=vf.ToolRubric(tools=[add])
+    )
     report = await a_check_environment(env)
     assert report.ok, report.problems
 

@@ -116,11 +116,6 @@ async def test_env_group_with_group_reward_and_rollouts_per_example(server: Scri
     assert out.reward[:3] == [0.0, 1.0, 2.0]
 
 
-@pytest.mark.xfail(
-    reason="BUG: EnvGroupRubric.score_rollout raises EnvError for an unknown task and the runner does not "
-    "guard rubric.score_rollout, so one bad row aborts the whole batch (sibling results lost)",
-    strict=True,
-)
 async def test_unknown_task_is_an_error_result_not_a_batch_abort(server: ScriptedServer, client) -> None:
     group = make_group()
     rows = [{"question": "e1", "answer": "e1", "task": "echo"}, {"question": "x", "task": "nope"}]

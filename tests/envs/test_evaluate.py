@@ -95,7 +95,10 @@ def test_generate_accepts_prompt_rows_and_column_dict(server: ScriptedServer, ex
     env = vf.SingleTurnEnv(dataset=[{"question": "x"}], rubric=vf.Rubric(funcs=[exact_match]))
     client = vf.make_client(server.base_url, max_retries=0)
     out = env.generate(
-        {"prompt": [[{"role": "user", "content": "p1"}], [{"role": "user", "content": "p2"}]], "answer": ["p1", "no"]},
+        {
+            "prompt": [[{"role": "user", "content": "p1"}], [{"role": "user", "content": "p2"}]],
+            "answer": ["p1", "no"],
+        },
         client,
         "m",
     )
@@ -163,7 +166,9 @@ async def test_sampling_args_sent_and_merged_with_env_defaults(server: ScriptedS
     assert "extra_body" not in body
 
 
-async def test_score_rollouts_false_leaves_rewards_zero(server: ScriptedServer, client, rows, exact_match) -> None:
+async def test_score_rollouts_false_leaves_rewards_zero(
+    server: ScriptedServer, client, rows, exact_match
+) -> None:
     env = make_env(rows, exact_match)
     out = await env.a_evaluate(client, "m", score_rollouts=False)
     assert out.reward == [0.0, 0.0, 0.0]
@@ -181,7 +186,16 @@ async def test_results_are_serialisable(server: ScriptedServer, client, rows, ex
         assert "state" not in r.model_dump()
 
 
-async def test_a_evaluate_concurrent_calls_share_client(server: ScriptedServer, client, rows, exact_match) -> None:
+async def test_a_evaluate_concurrent_calls_share_client(
+    server: ScriptedServer, client, rows, exact_match
+) -> None:
     env = make_env(rows, exact_match)
     outs = await asyncio.gather(*(env.a_evaluate(client, "m") for _ in range(4)))
     assert all(o.reward == [1.0, 1.0, 0.0] for o in outs)
+
+
+async def test_extra_body_none_is_tolerated(server: ScriptedServer, client, rows) -> None:
+    env = vf.SingleTurnEnv(dataset=rows)
+    out = await env.a_evaluate(client, "m", sampling_args={"temperature": 0.0, "extra_body": None})
+    assert out.error == [None] * 3
+    assert server.requests[-1]["temperature"] == 0.0

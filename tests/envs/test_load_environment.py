@@ -12,13 +12,13 @@ import pytest
 import verifiers as vf
 
 ENV_SOURCE = textwrap.dedent(
-    '''
+    """
     import verifiers as vf
 
     def load_environment(num_examples: int = 2, system_prompt: str = "default"):
         rows = [{"question": f"q{i}", "answer": str(i)} for i in range(num_examples)]
         return vf.SingleTurnEnv(dataset=rows, system_prompt=system_prompt)
-    '''
+    """
 )
 
 
@@ -83,7 +83,9 @@ def test_loader_returning_non_environment(tmp_path: Path, monkeypatch: pytest.Mo
         sys.modules.pop(module, None)
 
 
-def test_missing_dependency_of_env_package_is_not_masked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_dependency_of_env_package_is_not_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An environment whose own import fails must say which module is missing, not 'not installed'."""
     module = f"vf_tmp_dep_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text("import vf_no_such_dependency_abc\n")

@@ -200,3 +200,22 @@ async def test_completion_mode_multiturn(server: ScriptedServer, client, style: 
     assert r.error is None
     assert r.completion == "<model>\n[env 1]\n<model>\n[env 2]\n"
     assert server.requests[-1]["prompt"] == "Story:<model>\n[env 1]\n"
+
+
+async def test_is_completed_checked_before_first_model_turn(server: ScriptedServer, client) -> None:
+    class AlreadyDone(vf.MultiTurnEnv):
+        async def setup_state(self, state, **kwargs):
+            state["done"] = True  # e.g. the game was invalid / already solved
+            return state
+
+        async def is_completed(self, messages, state, **kwargs):
+            return state["done"]
+
+        async def env_response(self, messages, state, **kwargs):
+            return [{"role": "user", "content": "x"}]
+
+    env = AlreadyDone(dataset=DATA, max_turns=5)
+    out = await env.a_evaluate(client, "m")
+    assert server.n_requests == 0
+    assert out.results[0].completion == []
+    assert out.results[0].stop_reason == "completed"

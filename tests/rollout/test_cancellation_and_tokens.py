@@ -49,12 +49,6 @@ async def test_cancellation_propagates_and_cleans_up(server: ScriptedServer, cli
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.xfail(
-    reason="BUG: on cancellation run_rollouts re-cancels every task (`for t in tasks: t.cancel()`) as soon "
-    "as the first child finishes cancelled (e.g. one waiting on the semaphore), which interrupts "
-    "async cleanup_state hooks that are still awaiting",
-    strict=True,
-)
 async def test_cancellation_lets_async_cleanup_finish(server: ScriptedServer, client) -> None:
     server.set_script(ServerScript(latency_s=5.0))
     env = Tracked(dataset=ROWS, cleanup_awaits=True)
@@ -71,7 +65,9 @@ async def test_cancellation_lets_async_cleanup_finish(server: ScriptedServer, cl
 @pytest.mark.timeout(20)
 async def test_cancellation_during_multiturn(server: ScriptedServer, client) -> None:
     server.set_script(
-        ServerScript(replies=[ScriptedReply(turn=0, content="first"), ScriptedReply(content="slow", latency_s=5)])
+        ServerScript(
+            replies=[ScriptedReply(turn=0, content="first"), ScriptedReply(content="slow", latency_s=5)]
+        )
     )
     cleaned: list[int] = []
 
@@ -174,7 +170,9 @@ async def test_tool_call_turn_tokens_are_prefix_consistent(server: ScriptedServe
 
 async def test_completion_mode_tokens(server: ScriptedServer, client) -> None:
     env = vf.SingleTurnEnv(dataset=[{"question": "abc"}], message_type="completion")
-    out = await env.a_evaluate(client, "m", sampling_args={"logprobs": 1, "extra_body": {"return_token_ids": True}})
+    out = await env.a_evaluate(
+        client, "m", sampling_args={"logprobs": 1, "extra_body": {"return_token_ids": True}}
+    )
     t = out.results[0].tokens[0]
     assert t.prompt_ids == [ord(c) for c in "abc"]
     assert t.completion_ids == [ord(c) for c in out.completion[0]]

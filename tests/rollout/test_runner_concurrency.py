@@ -66,11 +66,6 @@ def test_max_concurrent_sync_generate(server: ScriptedServer) -> None:
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.xfail(
-    reason="BUG: Environment.a_evaluate has max_concurrent=-1 as default and passes it explicitly to "
-    "a_generate, so the max_concurrent given to the Environment constructor is ignored by evaluate()",
-    strict=True,
-)
 async def test_env_level_max_concurrent_applies_to_evaluate(server: ScriptedServer, client) -> None:
     server.set_script(ServerScript(latency_s=0.05))
     env = CountingEnv(dataset=ROWS, max_concurrent=2)

@@ -140,7 +140,12 @@ async def test_env_level_rollout_timeout(server: ScriptedServer, client) -> None
 @pytest.mark.timeout(20)
 async def test_timeout_only_hits_the_slow_rollouts(server: ScriptedServer, client) -> None:
     server.set_script(
-        ServerScript(replies=[ScriptedReply(match="^q1$", content="slow", latency_s=10), ScriptedReply(content="{last_user}")])
+        ServerScript(
+            replies=[
+                ScriptedReply(match="^q1$", content="slow", latency_s=10),
+                ScriptedReply(content="{last_user}"),
+            ]
+        )
     )
     env = vf.SingleTurnEnv(dataset=ROWS[:3], rubric=vf.Rubric(funcs=[correct]))
     out = await env.a_evaluate(client, "m", rollout_timeout_s=0.5)

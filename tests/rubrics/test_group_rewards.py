@@ -19,7 +19,9 @@ async def test_plural_parameters_make_a_group_function(server: ScriptedServer, c
     calls = []
 
     def relative(completions, answers, example_ids, states) -> list[float]:
-        calls.append({"completions": completions, "answers": answers, "example_ids": example_ids, "states": states})
+        calls.append(
+            {"completions": completions, "answers": answers, "example_ids": example_ids, "states": states}
+        )
         return [float(i) for i in range(len(completions))]
 
     def per_rollout(completion) -> float:
@@ -69,10 +71,10 @@ async def test_async_group_function(server: ScriptedServer, client) -> None:
     assert out.reward == [1.0, 1.0]
 
 
-@pytest.mark.parametrize(
-    "result", [[1.0], 5.0, ["x", "y"]], ids=["wrong-length", "scalar", "non-numeric"]
-)
-async def test_bad_group_function_result_is_recorded_on_every_member(server: ScriptedServer, client, result) -> None:
+@pytest.mark.parametrize("result", [[1.0], 5.0, ["x", "y"]], ids=["wrong-length", "scalar", "non-numeric"])
+async def test_bad_group_function_result_is_recorded_on_every_member(
+    server: ScriptedServer, client, result
+) -> None:
     def broken(completions):
         return result
 
@@ -105,7 +107,9 @@ async def test_on_group_sees_group_scores(server: ScriptedServer, client) -> Non
         return [float(i) for i in range(len(completions))]
 
     env = vf.SingleTurnEnv(dataset=ROWS, rubric=vf.Rubric(funcs=[rank]))
-    await env.a_evaluate(client, "m", rollouts_per_example=3, on_group=lambda g: groups.append([r.reward for r in g]))
+    await env.a_evaluate(
+        client, "m", rollouts_per_example=3, on_group=lambda g: groups.append([r.reward for r in g])
+    )
     assert groups == [[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]
 
 

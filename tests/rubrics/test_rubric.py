@@ -134,7 +134,9 @@ async def test_exception_in_one_function_is_recorded_and_others_count(server: Sc
 
 
 @pytest.mark.parametrize(
-    "value", ["not a number", None, float("nan"), float("inf"), [1.0]], ids=["str", "none", "nan", "inf", "list"]
+    "value",
+    ["not a number", None, float("nan"), float("inf"), [1.0]],
+    ids=["str", "none", "nan", "inf", "list"],
 )
 async def test_non_numeric_or_non_finite_return_is_an_error(value) -> None:
     def weird(completion):

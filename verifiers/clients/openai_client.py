@@ -94,12 +94,39 @@ def make_client(
     )
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
+def _caused_by_connection_failure(exc: BaseException) -> bool:
+    """The aiohttp transport reports a refused or dropped connection as a connect *timeout*."""
+    import aiohttp
+
+    for c in _causes(exc)[1:]:
+        if isinstance(c, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError)):
+            return True
+    return False
+
+
+def _root_message(exc: BaseException) -> str:
+    root = _causes(exc)[-1]
+    return f"{type(root).__name__}: {root}"
+
+
 def map_openai_error(exc: BaseException) -> ModelError:
     """Translate an openai SDK exception into our hierarchy (after the SDK's own retries)."""
     if isinstance(exc, ModelError):
         return exc
     msg = str(exc)
     if isinstance(exc, openai.APITimeoutError):
+        if _caused_by_connection_failure(exc):
+            return ServerError(f"connection error: {_root_message(exc)}")
         return ModelTimeoutError(msg or "request timed out")
     if isinstance(exc, openai.APIConnectionError):
         return ServerError(f"connection error: {msg}")

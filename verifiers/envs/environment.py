@@ -229,8 +229,9 @@ class Environment(ABC):
     def merge_sampling_args(self, sampling_args: SamplingArgs | None) -> SamplingArgs:
         merged = dict(self.sampling_args)
         if sampling_args:
-            extra = {**merged.get("extra_body", {}), **sampling_args.get("extra_body", {})}
+            extra = {**(merged.get("extra_body") or {}), **(sampling_args.get("extra_body") or {})}
             merged.update(sampling_args)
+            merged.pop("extra_body", None)
             if extra:
                 merged["extra_body"] = extra
         return merged
@@ -301,7 +302,7 @@ class Environment(ABC):
         sampling_args: SamplingArgs | None = None,
         num_examples: int = -1,
         rollouts_per_example: int = 1,
-        max_concurrent: int = -1,
+        max_concurrent: int | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
         data = self.get_eval_dataset(num_examples)

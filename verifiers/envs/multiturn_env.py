@@ -114,6 +114,8 @@ class MultiTurnEnv(Environment):
             state["completion"] = completion
             return completion, state
 
+        if await maybe_await(self.is_completed(messages, state, **kwargs)):
+            return record("completed")  # setup_state may already have ended the episode
         while True:
             if 0 < self.max_turns <= state["turn"]:
                 return record("max_turns")

@@ -66,7 +66,7 @@ class ToolEnv(MultiTurnEnv):
         self.oai_tools = [t for t in self.oai_tools or [] if t["function"]["name"] != name]
 
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
-        if isinstance(messages, str) or not messages:
+        if isinstance(messages, str) or not messages or state.get("turn", 0) == 0:
             return False
         last = messages[-1]
         return last.get("role") == "assistant" and not last.get("tool_calls")

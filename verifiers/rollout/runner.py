@@ -155,7 +155,12 @@ async def run_rollouts(
         if score and rubric.has_group_funcs:
             t = time.perf_counter()
             scores = [RolloutScore(reward=r.reward, metrics=dict(r.metrics), errors=list(r.scoring_errors)) for r in group]
-            await rubric.score_group([_scoring_kwargs(r) for r in group], scores)
+            try:
+                await rubric.score_group([_scoring_kwargs(r) for r in group], scores)
+            except Exception as exc:
+                err = RolloutError.from_exception(exc, where="rubric")
+                for s in scores:
+                    s.errors.append(err)
             dt = (time.perf_counter() - t) / len(group)
             for r, s in zip(group, scores, strict=True):
                 _apply_score(r, s, dt)
@@ -170,7 +175,10 @@ async def run_rollouts(
             res = await run_single(env, chat_client, model, inp, sampling_args, rollout_timeout_s)
         if score:
             t = time.perf_counter()
-            s = await rubric.score_rollout(**_scoring_kwargs(res))
+            try:
+                s = await rubric.score_rollout(**_scoring_kwargs(res))
+            except Exception as exc:  # a rubric-level failure is this rollout's, not the batch's
+                s = RolloutScore(errors=[RolloutError.from_exception(exc, where="rubric")])
             _apply_score(res, s, time.perf_counter() - t)
         results[i] = res
         bucket = pending.setdefault(inp.group_id, [])
@@ -184,7 +192,9 @@ async def run_rollouts(
         await asyncio.gather(*tasks)
     except BaseException:
         for t in tasks:
-            t.cancel()
+            # A task already being cancelled may be awaiting its cleanup hook: do not interrupt it twice.
+            if not t.done() and not t.cancelling():
+                t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     return [r for r in results if r is not None]

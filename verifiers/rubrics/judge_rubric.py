@@ -14,6 +14,7 @@ The error is visible in results and summaries, never a silent zero.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from verifiers.clients.openai_client import ChatClient, as_chat_client, make_client
@@ -39,6 +40,9 @@ Response:
 ```
 
 Respond either "yes" or "no" only."""
+
+
+_PLACEHOLDERS = re.compile(r"\{(question|answer|response)\}")
 
 
 def _question(prompt: Any) -> str:
@@ -80,11 +84,9 @@ class JudgeRubric(Rubric):
     async def judge(self, prompt: Any, completion: Any, answer: Any, state: dict[str, Any] | None = None, **_: Any) -> str:
         """Ask the judge model; cached per judge prompt in ``state["judge_response"]``."""
         response = self.parser.parse_answer(completion) or ""
-        text = (
-            self.judge_prompt.replace("{question}", _question(prompt))
-            .replace("{answer}", str(answer))
-            .replace("{response}", str(response))
-        )
+        values = {"question": _question(prompt), "answer": str(answer), "response": str(response)}
+        # One pass, so a literal "{answer}" inside the question is not filled in (and leaked) again.
+        text = _PLACEHOLDERS.sub(lambda m: values[m.group(1)], self.judge_prompt)
         cache: dict[str, str] = state.setdefault("judge_response", {}) if state is not None else {}
         if text in cache:
             return cache[text]

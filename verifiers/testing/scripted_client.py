@@ -17,7 +17,7 @@ from typing import Any
 
 from verifiers.clients.response import ModelResponse
 from verifiers.errors import OverlongPromptError
-from verifiers.testing.server import ServerScript, _Compiled, _fill, _render_chat
+from verifiers.testing.server import ServerScript, _Compiled, _fill, _render_chat, _tool_calls_text
 from verifiers.types import SamplingArgs, TurnTokens, Usage
 
 Reply = str | dict[str, Any] | BaseException
@@ -97,7 +97,9 @@ class ScriptedClient:
         ]
         finish = reply.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
         prompt_text = prompt if isinstance(prompt, str) else _render_chat(prompt)[0]
-        out_text = (content or "") + "".join(tc["function"]["arguments"] for tc in tool_calls)
+        out_text = (content or "") + _tool_calls_text(
+            [(tc["function"]["name"], tc["function"]["arguments"]) for tc in tool_calls]
+        )
         return ModelResponse(
             content=content,
             tool_calls=tool_calls,
