@@ -96,7 +96,9 @@ def check(out: Any, n: int, turns: int) -> tuple[int, list[str]]:
         if reward != 1.0 or n_turns != turns:
             bad += 1
             if len(samples) < MAX_ERROR_SAMPLES:
-                samples.append(f"rollout {i}: reward={reward} turns={n_turns} completion={out.completion[i]!r:.200}")
+                samples.append(
+                    f"rollout {i}: reward={reward} turns={n_turns} completion={out.completion[i]!r:.200}"
+                )
     return bad, samples
 
 
@@ -188,7 +190,9 @@ async def main_async(config: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     config = json.loads(sys.stdin.read())
     if vf.__version__ != "0.1.5":
-        raise SystemExit(f"expected verifiers 0.1.5 in the peer venv, found {vf.__version__} at {vf.__file__}")
+        raise SystemExit(
+            f"expected verifiers 0.1.5 in the peer venv, found {vf.__version__} at {vf.__file__}"
+        )
     out = asyncio.run(main_async(config))
     print(json.dumps(out), flush=True)
 

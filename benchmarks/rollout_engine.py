@@ -103,7 +103,10 @@ def make_rows(workload: str, n: int) -> list[dict[str, str]]:
         return rows
     if workload == "tool":
         return [
-            {"question": f"TOOL {i}: use the add tool to compute 2 + 3, then reply with the result only.", "answer": "5"}
+            {
+                "question": f"TOOL {i}: use the add tool to compute 2 + 3, then reply with the result only.",
+                "answer": "5",
+            }
             for i in range(n)
         ]
     raise ValueError(workload)
@@ -114,7 +117,11 @@ def server_script(latency_s: float) -> ServerScript:
         latency_s=latency_s,
         replies=[
             # tool workload, turn 0: call add(2, 3)
-            ScriptedReply(turn=0, match=r"^TOOL ", tool_calls=[ScriptedToolCall(name="add", arguments='{"a": 2, "b": 3}')]),
+            ScriptedReply(
+                turn=0,
+                match=r"^TOOL ",
+                tool_calls=[ScriptedToolCall(name="add", arguments='{"a": 2, "b": 3}')],
+            ),
             # tool workload, turn 1: answer with the tool's result
             ScriptedReply(turn=1, content="{last_message}"),
             # single-turn: echo the question
@@ -150,7 +157,15 @@ def make_plan(quick: bool) -> list[dict[str, Any]]:
             {"key": f"{wl}_c1", "server": "fast", "c": 1, "n": n_c1, "reps": 1, "warmup": 20, **common},
             {"key": f"{wl}_c64", "server": "fast", "c": 64, "n": n, "reps": reps, "warmup": 200, **common},
             {"key": f"{wl}_c256", "server": "fast", "c": 256, "n": n, "reps": reps, "warmup": 512, **common},
-            {"key": f"{wl}_500ms_c256", "server": "slow", "c": 256, "n": n_eff, "reps": 1, "warmup": 256, **common},
+            {
+                "key": f"{wl}_500ms_c256",
+                "server": "slow",
+                "c": 256,
+                "n": n_eff,
+                "reps": 1,
+                "warmup": 256,
+                **common,
+            },
         ]
     return plan
 
@@ -161,6 +176,16 @@ def httpx_plan(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- our engine ---------------------------------------------------------------------------
+
+
+def server_cpu_s(server: Any) -> float | None:
+    """CPU seconds used so far by a spawned server process (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{server.pid}/stat", encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def check(results: list[Any], n: int, turns: int) -> tuple[int, list[str]]:
@@ -193,6 +218,7 @@ async def measure_ours(
     result: dict[str, Any] = {"n": n, "c": c, "reps": reps, "errors": 0, "error_samples": []}
     walls: list[float] = []
     cpus: list[float] = []
+    server_cpus: list[float] = []
     try:
         warm_until = time.perf_counter() + entry["warmup_s"]
         while True:
@@ -204,13 +230,17 @@ async def measure_ours(
             gc.collect()
             if profiler is not None:
                 profiler.enable()
+            server_cpu0 = server_cpu_s(server)
             cpu0 = time.process_time()
             t0 = time.perf_counter()
             out = await env.a_generate(data, client, MODEL, max_concurrent=c)
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
+            server_cpu1 = server_cpu_s(server)
             if profiler is not None:
                 profiler.disable()
+            if server_cpu0 is not None and server_cpu1 is not None:
+                server_cpus.append(server_cpu1 - server_cpu0)
             after = server.stats()
             bad, samples = check(out.results, n, turns)
             server_errors = after["n_errors"] - before["n_errors"]
@@ -229,13 +259,19 @@ async def measure_ours(
         await client.close()
     wall = min(walls)
     result.update(wall_s=wall, rps=n / wall, cpu_ms=1000.0 * min(cpus) / n, all_rps=[n / w for w in walls])
+    if server_cpus:  # diagnostic: is the server, not the client, the bottleneck?
+        result["server_cpu_ms"] = 1000.0 * min(server_cpus) / n
     return result
 
 
 def progress_line(who: str, entry: dict[str, Any], res: dict[str, Any]) -> str:
     line = f"{who:<11} {entry['key']:<28} C={entry['c']:<4} N={entry['n']:<5}"
     if res.get("rps") is not None:
-        line += f" {res['rps']:8.1f} rollouts/s  {res['cpu_ms']:6.2f} CPU-ms/rollout  wall {res['wall_s']:.3f}s"
+        line += (
+            f" {res['rps']:8.1f} rollouts/s  {res['cpu_ms']:6.2f} CPU-ms/rollout  wall {res['wall_s']:.3f}s"
+        )
+        if res.get("server_cpu_ms") is not None:
+            line += f"  (server {res['server_cpu_ms']:.2f} CPU-ms/rollout)"
     return line + f"  errors={res['errors']}"
 
 
@@ -269,14 +305,19 @@ def peer_python() -> Path:
 def ensure_peer_venv() -> Path:
     """Create (or reuse) the 0.1.5 virtualenv and return its interpreter."""
     py = peer_python()
-    probe = "import verifiers, openai, datasets; assert verifiers.__version__ == '0.1.5', verifiers.__version__"
+    probe = (
+        "import verifiers, openai, datasets; assert verifiers.__version__ == '0.1.5', verifiers.__version__"
+    )
     if py.exists():
         ok = subprocess.run([str(py), "-c", probe], env=_clean_env(), cwd=str(HERE), capture_output=True)
         if ok.returncode == 0:
             return py
         print(f"peer venv at {PEER_VENV} does not import verifiers 0.1.5; reinstalling", flush=True)
     else:
-        print(f"creating the peer venv at {PEER_VENV} (verifiers 0.1.5 from PyPI; takes a few minutes)", flush=True)
+        print(
+            f"creating the peer venv at {PEER_VENV} (verifiers 0.1.5 from PyPI; takes a few minutes)",
+            flush=True,
+        )
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", str(PEER_VENV)], check=True, env=_clean_env())
     subprocess.run(
@@ -332,7 +373,9 @@ def efficiency(res: dict[str, Any] | None, entry: dict[str, Any]) -> float | Non
     return ideal / res["wall_s"]
 
 
-def figures(results: dict[str, dict[str, Any]], plan: list[dict[str, Any]], prefix: str = "") -> dict[str, Any]:
+def figures(
+    results: dict[str, dict[str, Any]], plan: list[dict[str, Any]], prefix: str = ""
+) -> dict[str, Any]:
     fig: dict[str, Any] = {}
     for entry in plan:
         res = results.get(entry["key"]) or {}
@@ -344,10 +387,14 @@ def figures(results: dict[str, dict[str, Any]], plan: list[dict[str, Any]], pref
             fig[prefix + name] = efficiency(res, entry)
             fig[prefix + key.replace("_500ms_", "_wall_s_500ms_")] = res.get("wall_s")
             fig[prefix + key.replace("_500ms_", "_cpu_ms_500ms_")] = res.get("cpu_ms")
+            if "server_cpu_ms" in res:
+                fig[prefix + key.replace("_500ms_", "_server_cpu_ms_500ms_")] = res["server_cpu_ms"]
         else:
             head, _, c = key.rpartition("_")
             fig[f"{prefix}{head}_rps_{c}"] = res.get("rps")
             fig[f"{prefix}{head}_cpu_ms_{c}"] = res.get("cpu_ms")
+            if "server_cpu_ms" in res:
+                fig[f"{prefix}{head}_server_cpu_ms_{c}"] = res["server_cpu_ms"]
     return fig
 
 
@@ -364,7 +411,9 @@ def _ratio(a: Any, b: Any) -> float | None:
 def print_report(fig: dict[str, Any], peer: bool) -> None:
     print()
     print("== throughput, latency 0 (rollouts/s wall; CPU-ms per rollout of the client process) ==")
-    print(f"{'workload':<12} {'C':>4} {'ours rps':>9} {'peer rps':>9} {'ratio':>6} {'ours cpu':>9} {'peer cpu':>9}")
+    print(
+        f"{'workload':<12} {'C':>4} {'ours rps':>9} {'peer rps':>9} {'ratio':>6} {'ours cpu':>9} {'peer cpu':>9}"
+    )
     for wl in ("single_turn", "tool"):
         for c in (1, 64, 256):
             ours, theirs = fig.get(f"{wl}_rps_c{c}"), fig.get(f"peer_{wl}_rps_c{c}")
@@ -377,7 +426,9 @@ def print_report(fig: dict[str, Any], peer: bool) -> None:
         f"{_fmt(fig.get('httpx_single_turn_cpu_ms_c64'), '9.2f')}   <- ours with transport='httpx'"
     )
     print()
-    print("== efficiency at 500 ms latency, C=256 (ideal = ceil(N/C) * turns * 0.5 s; efficiency = ideal / wall) ==")
+    print(
+        "== efficiency at 500 ms latency, C=256 (ideal = ceil(N/C) * turns * 0.5 s; efficiency = ideal / wall) =="
+    )
     print(f"{'workload':<12} {'ours':>6} {'peer':>6} {'ratio':>6} {'ours wall':>10} {'peer wall':>10}")
     for wl, name in (("single_turn", "efficiency_500ms_c256"), ("tool", "tool_efficiency_500ms_c256")):
         ours, theirs = fig.get(name), fig.get("peer_" + name)
@@ -397,14 +448,22 @@ def print_report(fig: dict[str, Any], peer: bool) -> None:
     def verdict(ok: bool | None) -> str:
         return "n/a " if ok is None else ("PASS" if ok else "FAIL")
 
-    print(f"{verdict(None if rps is None else rps >= TARGET_RPS_C64)} target: single-turn rps at C=64 >= {TARGET_RPS_C64:g} (got {_fmt(rps, '.1f').strip()})")
+    print(
+        f"{verdict(None if rps is None else rps >= TARGET_RPS_C64)} target: single-turn rps at C=64 >= {TARGET_RPS_C64:g} (got {_fmt(rps, '.1f').strip()})"
+    )
     if peer:
-        print(f"{verdict(None if ratio is None else ratio >= TARGET_RATIO_C64)} target: single-turn rps at C=64 >= {TARGET_RATIO_C64:g}x the peer (got {_fmt(ratio, '.2f').strip()}x)")
+        print(
+            f"{verdict(None if ratio is None else ratio >= TARGET_RATIO_C64)} target: single-turn rps at C=64 >= {TARGET_RATIO_C64:g}x the peer (got {_fmt(ratio, '.2f').strip()}x)"
+        )
     else:
         print("n/a  target: single-turn rps at C=64 >= 1.5x the peer (--no-peer)")
-    print(f"{verdict(None if eff is None else eff >= TARGET_EFFICIENCY)} target: single-turn efficiency at 500 ms, C=256 >= {TARGET_EFFICIENCY:g} (got {_fmt(eff, '.3f').strip()})")
+    print(
+        f"{verdict(None if eff is None else eff >= TARGET_EFFICIENCY)} target: single-turn efficiency at 500 ms, C=256 >= {TARGET_EFFICIENCY:g} (got {_fmt(eff, '.3f').strip()})"
+    )
     tool_eff = fig.get("tool_efficiency_500ms_c256")
-    print(f"{verdict(None if tool_eff is None else tool_eff >= TARGET_EFFICIENCY)} target: tool efficiency at 500 ms, C=256 >= {TARGET_EFFICIENCY:g} (got {_fmt(tool_eff, '.3f').strip()})")
+    print(
+        f"{verdict(None if tool_eff is None else tool_eff >= TARGET_EFFICIENCY)} target: tool efficiency at 500 ms, C=256 >= {TARGET_EFFICIENCY:g} (got {_fmt(tool_eff, '.3f').strip()})"
+    )
 
 
 # -- profile mode -------------------------------------------------------------------------
@@ -413,7 +472,17 @@ def print_report(fig: dict[str, Any], peer: bool) -> None:
 async def profile_ours(rows: dict[str, list[dict[str, str]]], servers: dict[str, Any], n: int) -> None:
     for wl in ("single_turn", "tool"):
         env = build_env(wl, rows[wl])
-        entry = {"key": f"{wl}_c64", "workload": wl, "server": "fast", "c": 64, "n": n, "reps": 1, "warmup": 200, "warmup_s": 2.0, "turns": TURNS[wl]}
+        entry = {
+            "key": f"{wl}_c64",
+            "workload": wl,
+            "server": "fast",
+            "c": 64,
+            "n": n,
+            "reps": 1,
+            "warmup": 200,
+            "warmup_s": 2.0,
+            "turns": TURNS[wl],
+        }
         prof = cProfile.Profile()
         res = await measure_ours(entry, env, servers["fast"], profiler=prof)
         print(progress_line("ours+prof", entry, res))
@@ -432,19 +501,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rollouts (smoke run)")
     parser.add_argument("--no-peer", action="store_true", help="skip verifiers 0.1.5")
-    parser.add_argument("--profile", action="store_true", help="cProfile our client at C=64 and exit (no peer)")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile our client at C=64 and exit (no peer)"
+    )
     args = parser.parse_args(argv)
 
     plan = make_plan(args.quick)
     n_rows = max(e["n"] for e in plan)
     rows = {wl: make_rows(wl, n_rows) for wl in TURNS}
     t_start = time.perf_counter()
-    with ScriptedServer.spawn(server_script(0.0)) as fast, ScriptedServer.spawn(server_script(LATENCY_S)) as slow:
+    with (
+        ScriptedServer.spawn(server_script(0.0)) as fast,
+        ScriptedServer.spawn(server_script(LATENCY_S)) as slow,
+    ):
         servers = {"fast": fast, "slow": slow}
         if args.profile:
             asyncio.run(profile_ours(rows, servers, 200 if args.quick else 1000))
             return 0
-        print(f"verifiers {vf.__version__} (ours) vs 0.1.5 (peer); {os.cpu_count()} CPUs; python {sys.version.split()[0]}", flush=True)
+        versus = "" if args.no_peer else " vs 0.1.5 (peer)"
+        print(
+            f"verifiers {vf.__version__} (ours){versus}; {os.cpu_count()} CPUs; python {sys.version.split()[0]}; "
+            f"{'quick' if args.quick else 'full'} run",
+            flush=True,
+        )
         ours = asyncio.run(run_ours(plan + httpx_plan(plan), rows, servers))
         peer_results: dict[str, dict[str, Any]] = {}
         peer_errors: list[str] = []
@@ -455,9 +534,16 @@ def main(argv: list[str] | None = None) -> int:
     fig.update(figures(ours, plan + httpx_plan(plan)))
     if not args.no_peer:
         fig.update(figures(peer_results, plan, prefix="peer_"))
-        for name in ("single_turn_rps_c64", "tool_rps_c64", "efficiency_500ms_c256", "tool_efficiency_500ms_c256"):
+        for name in (
+            "single_turn_rps_c64",
+            "tool_rps_c64",
+            "efficiency_500ms_c256",
+            "tool_efficiency_500ms_c256",
+        ):
             fig["ratio_" + name] = _ratio(fig.get(name), fig.get("peer_" + name))
-        fig["ratio_single_turn_rps_c256"] = _ratio(fig.get("single_turn_rps_c256"), fig.get("peer_single_turn_rps_c256"))
+        fig["ratio_single_turn_rps_c256"] = _ratio(
+            fig.get("single_turn_rps_c256"), fig.get("peer_single_turn_rps_c256")
+        )
         fig["ratio_tool_rps_c256"] = _ratio(fig.get("tool_rps_c256"), fig.get("peer_tool_rps_c256"))
     ours_errors = sum(r["errors"] for r in ours.values())
     peer_err_count = sum(r.get("errors", 0) for r in peer_results.values()) + len(peer_errors)
@@ -470,7 +556,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print_report(fig, peer=not args.no_peer)
     if not fig["valid"]:
-        print(f"INVALID: {ours_errors} failed rollouts (ours), {fig['peer_errors']} (peer); see the '!' lines above")
+        print(
+            f"INVALID: {ours_errors} failed rollouts (ours), {fig['peer_errors']} (peer); see the '!' lines above"
+        )
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in fig.items()}), flush=True)
     return 0 if fig["valid"] else 1
 

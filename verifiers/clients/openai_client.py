@@ -208,7 +208,39 @@ async def run_in_fresh_loop(coro: Awaitable[T]) -> T:
                 await c.close()
 
 
-class OpenAIChatClient:
+class _OpenAIAdapter:
+    """Request bodies and response parsing shared by the async and sync SDK adapters."""
+
+    async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        body = build_body(model, sampling_args, messages=messages)
+        if tools:
+            body["tools"] = tools
+        return parse_chat_response(await self._post("/chat/completions", body, timeout))
+
+    async def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        body = build_body(model, sampling_args, prompt=prompt)
+        return parse_completion_response(await self._post("/completions", body, timeout))
+
+
+class OpenAIChatClient(_OpenAIAdapter):
     """`ChatClient` over an ``openai.AsyncOpenAI``."""
 
     def __init__(self, client: openai.AsyncOpenAI) -> None:
@@ -252,33 +284,9 @@ class OpenAIChatClient:
         except Exception as exc:
             raise map_openai_error(exc) from exc
 
-    async def chat(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        body = build_body(model, sampling_args, messages=messages)
-        if tools:
-            body["tools"] = tools
-        return parse_chat_response(await self._post("/chat/completions", body, timeout))
-
-    async def complete(
-        self,
-        model: str,
-        prompt: str,
-        *,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        body = build_body(model, sampling_args, prompt=prompt)
-        return parse_completion_response(await self._post("/completions", body, timeout))
 
 
-class SyncOpenAIChatClient:
+class SyncOpenAIChatClient(_OpenAIAdapter):
     """`ChatClient` over a synchronous ``openai.OpenAI`` (0.1.x scripts pass one).
 
     Each call runs in a worker thread; prefer ``AsyncOpenAI`` for throughput.
@@ -288,7 +296,7 @@ class SyncOpenAIChatClient:
         self.client = client
         self._response_cls = _http_module().Response
 
-    def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    def _post_sync(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         options: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         try:
             resp = self.client.post(path, cast_to=self._response_cls, body=body, options=options)  # type: ignore[arg-type]
@@ -296,32 +304,8 @@ class SyncOpenAIChatClient:
         except Exception as exc:
             raise map_openai_error(exc) from exc
 
-    async def chat(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        body = build_body(model, sampling_args, messages=messages)
-        if tools:
-            body["tools"] = tools
-        data = await asyncio.to_thread(self._post, "/chat/completions", body, timeout)
-        return parse_chat_response(data)
-
-    async def complete(
-        self,
-        model: str,
-        prompt: str,
-        *,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        body = build_body(model, sampling_args, prompt=prompt)
-        data = await asyncio.to_thread(self._post, "/completions", body, timeout)
-        return parse_completion_response(data)
+    async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        return await asyncio.to_thread(self._post_sync, path, body, timeout)
 
 
 _ADAPTERS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, OpenAIChatClient] = weakref.WeakKeyDictionary()
