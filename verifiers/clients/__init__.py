@@ -1,5 +1,6 @@
 """Model clients: OpenAI-compatible HTTP (aiohttp transport) and adapters."""
 
+from verifiers.clients.aiohttp_client import AiohttpChatClient
 from verifiers.clients.openai_client import (
     ChatClient,
     OpenAIChatClient,
@@ -12,6 +13,7 @@ from verifiers.clients.openai_client import (
 from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
 
 __all__ = [
+    "AiohttpChatClient",
     "ChatClient",
     "ModelResponse",
     "OpenAIChatClient",

@@ -26,7 +26,9 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import openai
 
-from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
+from verifiers.clients.aiohttp_client import AiohttpChatClient, close_sessions_of_this_loop
+from verifiers.clients.base import OVERLONG_MARKERS, RequestAdapter
+from verifiers.clients.response import ModelResponse
 from verifiers.errors import (
     BadRequestError,
     EmptyResponseError,
@@ -37,14 +39,6 @@ from verifiers.errors import (
     ServerError,
 )
 from verifiers.types import Messages, SamplingArgs
-
-_OVERLONG_MARKERS = (
-    "maximum context length",
-    "context length",
-    "context_length_exceeded",
-    "prompt is too long",
-    "too many tokens",
-)
 
 
 def _http_module() -> Any:
@@ -134,7 +128,7 @@ def map_openai_error(exc: BaseException) -> ModelError:
         return RateLimitError(msg)
     if isinstance(exc, openai.APIStatusError):
         low = msg.lower()
-        if exc.status_code in (400, 413, 422) and any(m in low for m in _OVERLONG_MARKERS):
+        if exc.status_code in (400, 413, 422) and any(m in low for m in OVERLONG_MARKERS):
             return OverlongPromptError(msg)
         if exc.status_code >= 500:
             return ServerError(msg)
@@ -142,18 +136,6 @@ def map_openai_error(exc: BaseException) -> ModelError:
     if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
         return EmptyResponseError(f"unparseable response body: {msg}")
     return ModelError(f"{type(exc).__name__}: {msg}")
-
-
-def build_body(model: str, sampling_args: SamplingArgs | None, **fields: Any) -> dict[str, Any]:
-    """Request body: fixed fields, then sampling args, with ``extra_body`` flattened in (0.1.x style)."""
-    body: dict[str, Any] = {"model": model, **fields}
-    if sampling_args:
-        for k, v in sampling_args.items():
-            if k == "extra_body" and isinstance(v, dict):
-                body.update({kk: vv for kk, vv in v.items() if vv is not None})
-            elif v is not None:
-                body[k] = v
-    return body
 
 
 @runtime_checkable
@@ -203,44 +185,13 @@ async def run_in_fresh_loop(coro: Awaitable[T]) -> T:
         return await coro
     finally:
         _EPHEMERAL_CLIENTS.reset(token)
+        await close_sessions_of_this_loop()
         for c in created:
             with contextlib.suppress(Exception):
                 await c.close()
 
 
-class _OpenAIAdapter:
-    """Request bodies and response parsing shared by the async and sync SDK adapters."""
-
-    async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        raise NotImplementedError
-
-    async def chat(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        body = build_body(model, sampling_args, messages=messages)
-        if tools:
-            body["tools"] = tools
-        return parse_chat_response(await self._post("/chat/completions", body, timeout))
-
-    async def complete(
-        self,
-        model: str,
-        prompt: str,
-        *,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        body = build_body(model, sampling_args, prompt=prompt)
-        return parse_completion_response(await self._post("/completions", body, timeout))
-
-
-class OpenAIChatClient(_OpenAIAdapter):
+class OpenAIChatClient(RequestAdapter):
     """`ChatClient` over an ``openai.AsyncOpenAI``."""
 
     def __init__(self, client: openai.AsyncOpenAI) -> None:
@@ -286,7 +237,7 @@ class OpenAIChatClient(_OpenAIAdapter):
 
 
 
-class SyncOpenAIChatClient(_OpenAIAdapter):
+class SyncOpenAIChatClient(RequestAdapter):
     """`ChatClient` over a synchronous ``openai.OpenAI`` (0.1.x scripts pass one).
 
     Each call runs in a worker thread; prefer ``AsyncOpenAI`` for throughput.
@@ -308,7 +259,7 @@ class SyncOpenAIChatClient(_OpenAIAdapter):
         return await asyncio.to_thread(self._post_sync, path, body, timeout)
 
 
-_ADAPTERS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, OpenAIChatClient] = weakref.WeakKeyDictionary()
+_ADAPTERS: weakref.WeakKeyDictionary[openai.AsyncOpenAI, ChatClient] = weakref.WeakKeyDictionary()
 
 
 def as_chat_client(client: Any) -> ChatClient:
@@ -316,7 +267,11 @@ def as_chat_client(client: Any) -> ChatClient:
     if isinstance(client, openai.AsyncOpenAI):
         adapter = _ADAPTERS.get(client)
         if adapter is None:
-            adapter = _ADAPTERS[client] = OpenAIChatClient(client)
+            if isinstance(client._client, openai.DefaultAioHttpClient):
+                adapter = AiohttpChatClient.from_openai(client)  # fast path, same behaviour
+            else:
+                adapter = OpenAIChatClient(client)
+            _ADAPTERS[client] = adapter
         return adapter
     if isinstance(client, openai.OpenAI):
         return SyncOpenAIChatClient(client)
