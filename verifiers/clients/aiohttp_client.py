@@ -96,6 +96,7 @@ class AiohttpChatClient(RequestAdapter):
         self._sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
             weakref.WeakKeyDictionary()
         )
+        self._in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_openai(cls, client: Any) -> AiohttpChatClient:
@@ -116,12 +117,30 @@ class AiohttpChatClient(RequestAdapter):
             _register_for_close(session)
         return session
 
+    async def release_loop_session(self) -> None:
+        """Close this event loop's connection pool (the engine calls it when a run ends, so an
+        ``asyncio.run`` per evaluation leaves no open sockets behind)."""
+        loop = asyncio.get_running_loop()
+        if self._in_flight.get(loop, 0) > 0:
+            return  # another run on this loop still uses the pool
+        session = self._sessions.pop(loop, None)
+        if session is not None and not session.closed:
+            await session.close()
+
     async def close(self) -> None:
         for session in list(self._sessions.values()):
             await session.close()
         self._sessions.clear()
 
     async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        self._in_flight[loop] = self._in_flight.get(loop, 0) + 1
+        try:
+            return await self._post_with_retries(path, body, timeout)
+        finally:
+            self._in_flight[loop] -= 1
+
+    async def _post_with_retries(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         url = self.base_url + path
         data = json.dumps(body).encode()
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self.timeout)

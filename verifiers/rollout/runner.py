@@ -197,4 +197,8 @@ async def run_rollouts(
                 t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    finally:
+        release = getattr(chat_client, "release_loop_session", None)
+        if release is not None:
+            await release()
     return [r for r in results if r is not None]
