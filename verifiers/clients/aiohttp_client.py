@@ -24,14 +24,11 @@ from typing import Any
 
 import aiohttp
 
-from verifiers.clients.base import OVERLONG_MARKERS, RequestAdapter
+from verifiers.clients.base import RequestAdapter, error_for_status
 from verifiers.errors import (
-    BadRequestError,
     EmptyResponseError,
     ModelError,
     ModelTimeoutError,
-    OverlongPromptError,
-    RateLimitError,
     ServerError,
 )
 
@@ -52,14 +49,7 @@ def _error_message(status: int, raw: bytes) -> str:
 
 def status_error(status: int, raw: bytes) -> ModelError:
     """The error for a non-2xx response that will not be retried (again)."""
-    msg = _error_message(status, raw)
-    if status == 429:
-        return RateLimitError(msg)
-    if status >= 500:
-        return ServerError(msg)
-    if status in (400, 413, 422) and any(m in msg.lower() for m in OVERLONG_MARKERS):
-        return OverlongPromptError(msg)
-    return BadRequestError(msg)
+    return error_for_status(status, _error_message(status, raw))
 
 
 def retry_delay(attempt: int, headers: Any = None) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
+from verifiers.errors import BadRequestError, ModelError, OverlongPromptError, RateLimitError, ServerError
 from verifiers.types import SamplingArgs
 
 OVERLONG_MARKERS = (
@@ -15,6 +16,17 @@ OVERLONG_MARKERS = (
     "too many tokens",
 )
 """Phrases servers (vLLM, OpenAI, the embedded server) use when a prompt does not fit the context."""
+
+
+def error_for_status(status: int, message: str) -> ModelError:
+    """Our error for an HTTP error status that is final (after retries), whichever client saw it."""
+    if status == 429:
+        return RateLimitError(message)
+    if status >= 500:
+        return ServerError(message)
+    if status in (400, 413, 422) and any(m in message.lower() for m in OVERLONG_MARKERS):
+        return OverlongPromptError(message)
+    return BadRequestError(message)
 
 
 def build_body(model: str, sampling_args: SamplingArgs | None, **fields: Any) -> dict[str, Any]:

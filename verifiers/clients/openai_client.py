@@ -27,15 +27,12 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import openai
 
 from verifiers.clients.aiohttp_client import AiohttpChatClient, close_sessions_of_this_loop
-from verifiers.clients.base import OVERLONG_MARKERS, RequestAdapter
+from verifiers.clients.base import RequestAdapter, error_for_status
 from verifiers.clients.response import ModelResponse
 from verifiers.errors import (
-    BadRequestError,
     EmptyResponseError,
     ModelError,
     ModelTimeoutError,
-    OverlongPromptError,
-    RateLimitError,
     ServerError,
 )
 from verifiers.types import Messages, SamplingArgs
@@ -49,6 +46,11 @@ def _http_module() -> Any:
         except ImportError:
             continue
     raise ImportError("openai's HTTP library (httpx) is not installed")
+
+
+def _pool_limits() -> Any:
+    """Room for thousands of concurrent rollouts (the SDK default caps keep-alive at 100)."""
+    return _http_module().Limits(max_connections=4096, max_keepalive_connections=1024)
 
 
 def make_client(
@@ -68,8 +70,7 @@ def make_client(
     ``"aiohttp"`` (default, fast) or ``"httpx"`` (the SDK default).
     """
     key = api_key if api_key is not None else os.environ.get(api_key_var) or "EMPTY"
-    http = _http_module()
-    limits = http.Limits(max_connections=4096, max_keepalive_connections=1024)
+    limits = _pool_limits()
     if transport == "aiohttp":
         http_client = openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
     elif transport == "httpx":
@@ -124,15 +125,8 @@ def map_openai_error(exc: BaseException) -> ModelError:
         return ModelTimeoutError(msg or "request timed out")
     if isinstance(exc, openai.APIConnectionError):
         return ServerError(f"connection error: {msg}")
-    if isinstance(exc, openai.RateLimitError):
-        return RateLimitError(msg)
     if isinstance(exc, openai.APIStatusError):
-        low = msg.lower()
-        if exc.status_code in (400, 413, 422) and any(m in low for m in OVERLONG_MARKERS):
-            return OverlongPromptError(msg)
-        if exc.status_code >= 500:
-            return ServerError(msg)
-        return BadRequestError(msg)
+        return error_for_status(exc.status_code, msg)
     if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
         return EmptyResponseError(f"unparseable response body: {msg}")
     return ModelError(f"{type(exc).__name__}: {msg}")
@@ -214,10 +208,7 @@ class OpenAIChatClient(RequestAdapter):
         if copy is None:
             aiohttp_transport = isinstance(self.client._client, openai.DefaultAioHttpClient)
             fresh = openai.DefaultAioHttpClient if aiohttp_transport else openai.DefaultAsyncHttpxClient
-            http = _http_module()
-            copy = self.client.copy(
-                http_client=fresh(limits=http.Limits(max_connections=4096, max_keepalive_connections=1024))
-            )
+            copy = self.client.copy(http_client=fresh(limits=_pool_limits()))
             self._copies[loop] = copy
             if ephemeral is not None:
                 ephemeral.append(copy)
