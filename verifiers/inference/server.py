@@ -1,0 +1,482 @@
+"""The embedded OpenAI-compatible HTTP API (FastAPI) over an `InferenceEngine`.
+
+Endpoints: ``/v1/chat/completions``, ``/v1/completions`` (both with streaming),
+``/v1/models``, ``/health``, ``/tokenize``, ``/detokenize``, and ``/weights/version`` /
+``/weights/reload`` for trainers in another process. Responses follow vLLM's shape,
+including ``prompt_token_ids`` and per-choice ``token_ids`` when ``return_token_ids`` is
+set, plus a ``weight_version`` field naming the policy version that produced them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from verifiers.errors import ConfigError, OverlongPromptError
+from verifiers.inference.engine import InferenceEngine, RequestOutput, SequenceOutput, StreamDelta
+from verifiers.inference.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    OpenAIError,
+    ReloadRequest,
+    TokenizeRequest,
+    validation_error,
+)
+from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    **template_kwargs: Any,
+) -> list[int]:
+    """Chat template → token ids, the way vLLM does it: render text, then tokenize it."""
+    from verifiers.data.templating import apply_chat_template
+
+    return apply_chat_template(
+        tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs
+    )
+
+
+class _TokenText:
+    """Cached id → text for logprob entries (decoding one id at a time is the hot path)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tok = tokenizer
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, tid: int) -> str:
+        s = self.cache.get(tid)
+        if s is None:
+            s = self.tok.decode([tid], skip_special_tokens=False)
+            self.cache[tid] = s
+        return s
+
+
+class EmbeddedAPI:
+    """Request handling, separate from FastAPI routing so it can be tested and reused."""
+
+    def __init__(self, engine: InferenceEngine, served_model_names: Sequence[str]) -> None:
+        if not served_model_names:
+            raise ConfigError("give the server at least one model name to serve")
+        self.engine = engine
+        self.names = list(served_model_names)
+        self.token_text = _TokenText(engine.tokenizer)
+        self.created = int(time.time())
+
+    # -- helpers ---------------------------------------------------------------------------
+    def check_model(self, model: str | None) -> str:
+        if model is None or model == "":
+            return self.names[0]
+        if model not in self.names:
+            raise OpenAIError(404, f"The model `{model}` does not exist.", param="model")
+        return model
+
+    @staticmethod
+    def parse(model_cls: type[BaseModel], body: Any) -> Any:
+        if not isinstance(body, dict):
+            raise OpenAIError(400, "the request body must be a JSON object")
+        try:
+            return model_cls.model_validate(body)
+        except ValidationError as exc:
+            raise validation_error(exc) from None
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _chat_logprobs(self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]] | None) -> dict:
+        content = []
+        for k, (tid, lp) in enumerate(zip(ids, lps, strict=False)):
+            tok = self.token_text(tid)
+            entry: dict[str, Any] = {"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
+            if tops:
+                entry["top_logprobs"] = [
+                    {"token": self.token_text(t), "logprob": v, "bytes": list(self.token_text(t).encode())}
+                    for t, v in tops[k]
+                ]
+            content.append(entry)
+        return {"content": content}
+
+    def _completion_logprobs(
+        self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]] | None, offset: int
+    ) -> dict[str, Any]:
+        tokens = [self.token_text(t) for t in ids]
+        offsets, pos = [], offset
+        for t in tokens:
+            offsets.append(pos)
+            pos += len(t)
+        return {
+            "tokens": tokens,
+            "token_logprobs": list(lps),
+            "top_logprobs": [{self.token_text(t): v for t, v in row} for row in tops] if tops else None,
+            "text_offset": offsets,
+        }
+
+    @staticmethod
+    def _usage(prompt_tokens: int, outs: Sequence[RequestOutput]) -> dict[str, int]:
+        completion = sum(len(o.token_ids) for r in outs for o in r.outputs)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+
+    # -- chat ------------------------------------------------------------------------------
+    def _chat_inputs(self, req: ChatRequest) -> tuple[list[int], Any, list[int], bool]:
+        self.check_model(req.model)
+        named = req.named_tool()
+        use_tools = bool(req.tools) and req.tool_choice != "none"
+        tools = [t.model_dump(exclude_none=True) for t in req.tools or []] if use_tools else None
+        if req.tool_choice in ("required",) and not req.tools:
+            raise OpenAIError(400, "tool_choice 'required' needs a non-empty 'tools' list", param="tool_choice")
+        try:
+            prompt_ids = render_chat(
+                self.engine.tokenizer,
+                req.messages,
+                tools=tools,
+                add_generation_prompt=req.add_generation_prompt,
+                **(req.chat_template_kwargs or {}),
+            )
+        except Exception as exc:
+            raise OpenAIError(400, f"the chat template could not render these messages: {exc}", param="messages") from None
+        if req.top_logprobs and not req.logprobs:
+            raise OpenAIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+        max_tokens = req.max_completion_tokens or req.max_tokens
+        params = req.sampling(max_tokens=max_tokens, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
+        forced: list[int] = []
+        if named is not None:
+            forced = self._encode(f'{OPEN}{{"name": {json.dumps(named)}, "arguments": ')
+        elif req.tool_choice == "required":
+            forced = self._encode(OPEN)
+        return prompt_ids, params, forced, use_tools
+
+    def _chat_choice(self, req: ChatRequest, o: SequenceOutput, use_tools: bool) -> dict[str, Any]:
+        content: str | None = o.text
+        tool_calls: list[dict[str, Any]] = []
+        finish = o.finish_reason
+        if use_tools and o.finish_reason == "stop":
+            content, tool_calls = parse_tool_calls(o.text)
+            if tool_calls:
+                finish = "tool_calls"
+        message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+        choice: dict[str, Any] = {
+            "index": o.index,
+            "message": message,
+            "logprobs": self._chat_logprobs(o.token_ids, o.logprobs or [], o.top_logprobs) if req.logprobs else None,
+            "finish_reason": finish,
+            "stop_reason": o.stop_reason,
+        }
+        if req.return_token_ids:
+            choice["token_ids"] = o.token_ids
+        return choice
+
+    async def chat(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
+        req: ChatRequest = self.parse(ChatRequest, body)
+        prompt_ids, params, forced, use_tools = self._chat_inputs(req)
+        model = self.check_model(req.model)
+        if req.stream:
+            events = self.engine.stream(prompt_ids, params, req.n, forced=forced)
+            return self._chat_stream(req, model, prompt_ids, events, use_tools)
+        out = await self.engine.generate(prompt_ids, params, req.n, forced=forced)
+        resp: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [self._chat_choice(req, o, use_tools) for o in out.outputs],
+            "usage": self._usage(len(prompt_ids), [out]),
+            "weight_version": out.weight_version,
+        }
+        if req.return_token_ids:
+            resp["prompt_token_ids"] = prompt_ids
+        return resp
+
+    async def _chat_stream(
+        self, req: ChatRequest, model: str, prompt_ids: list[int], events: AsyncIterator[Any], use_tools: bool
+    ) -> AsyncIterator[str]:
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+            body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
+            body.update(extra)
+            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+        first: dict[str, Any] = {}
+        if req.return_token_ids:
+            first["prompt_token_ids"] = prompt_ids
+        yield chunk(
+            [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+             for i in range(req.n)],
+            **first,
+        )
+        text = [""] * req.n
+        sent = [0] * req.n
+        in_tool = [False] * req.n
+        final: RequestOutput | None = None
+        try:
+            async for ev in events:
+                if isinstance(ev, RequestOutput):
+                    final = ev
+                    continue
+                d: StreamDelta = ev
+                i = d.index
+                text[i] += d.text
+                visible = text[i]
+                if use_tools and not in_tool[i]:
+                    pos = visible.find(OPEN)
+                    if pos >= 0:
+                        in_tool[i] = True
+                        visible = visible[:pos]
+                    elif d.finish_reason is None:
+                        visible = visible[: len(visible) - tag_prefix_len(visible)]
+                elif use_tools:
+                    visible = visible[: sent[i]]
+                piece = visible[sent[i] :]
+                sent[i] = len(visible)
+                c: dict[str, Any] = {"index": i, "delta": {}, "logprobs": None, "finish_reason": None}
+                if piece:
+                    c["delta"]["content"] = piece
+                if req.logprobs and d.token_ids:
+                    c["logprobs"] = self._chat_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None)
+                if req.return_token_ids:
+                    c["token_ids"] = d.token_ids
+                if d.finish_reason is not None:
+                    finish = d.finish_reason
+                    if use_tools and finish == "stop":
+                        content, calls = parse_tool_calls(text[i])
+                        if calls:
+                            finish = "tool_calls"
+                            c["delta"]["tool_calls"] = [{"index": k, **tc} for k, tc in enumerate(calls)]
+                            lead = (content or "")[sent[i] :]
+                            if lead:
+                                c["delta"]["content"] = c["delta"].get("content", "") + lead
+                    if finish != "tool_calls" and sent[i] < len(text[i]):
+                        c["delta"]["content"] = c["delta"].get("content", "") + text[i][sent[i] :]
+                    c["finish_reason"] = finish
+                    c["stop_reason"] = d.stop_reason
+                if c["delta"] or c["finish_reason"] or c.get("token_ids") or c["logprobs"]:
+                    yield chunk([c])
+            if req.include_usage_in_stream and final is not None:
+                yield chunk([], usage=self._usage(len(prompt_ids), [final]), weight_version=final.weight_version)
+        except Exception as exc:
+            yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
+        yield "data: [DONE]\n\n"
+
+    # -- completions -----------------------------------------------------------------------
+    def _prompts(self, prompt: Any) -> list[list[int]]:
+        if isinstance(prompt, str):
+            return [self._encode(prompt)]
+        if prompt and all(isinstance(p, int) for p in prompt):
+            return [list(prompt)]
+        out = []
+        for p in prompt:
+            out.append(self._encode(p) if isinstance(p, str) else list(p))
+        if not out:
+            raise OpenAIError(400, "prompt is empty", param="prompt")
+        return out
+
+    async def completions(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
+        req: CompletionRequest = self.parse(CompletionRequest, body)
+        model = self.check_model(req.model)
+        prompts = self._prompts(req.prompt)
+        if any(not p for p in prompts):
+            raise OpenAIError(400, "prompt is empty", param="prompt")
+        params = req.sampling(
+            max_tokens=req.max_tokens or 16, logprobs=req.logprobs is not None, top_logprobs=req.logprobs or 0
+        )
+        if req.stream:
+            if len(prompts) != 1:
+                raise OpenAIError(400, "streaming supports one prompt per request", param="prompt")
+            events = self.engine.stream(prompts[0], params, req.n)
+            return self._completion_stream(req, model, prompts[0], events)
+        for p in prompts:  # validate every prompt before generating any
+            self.engine.check_request(p, params, req.n)
+        outs = await asyncio.gather(*[self.engine.generate(p, params, req.n) for p in prompts])
+        choices = []
+        for pi, out in enumerate(outs):
+            for o in out.outputs:
+                c: dict[str, Any] = {
+                    "index": pi * req.n + o.index,
+                    "text": o.text,
+                    "logprobs": self._completion_logprobs(o.token_ids, o.logprobs or [], o.top_logprobs, 0)
+                    if req.logprobs is not None
+                    else None,
+                    "finish_reason": o.finish_reason,
+                    "stop_reason": o.stop_reason,
+                }
+                if req.return_token_ids:
+                    c["prompt_token_ids"] = prompts[pi]
+                    c["token_ids"] = o.token_ids
+                choices.append(c)
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": self._usage(sum(len(p) for p in prompts), list(outs)),
+            "weight_version": min(o.weight_version for o in outs),
+        }
+
+    async def _completion_stream(
+        self, req: CompletionRequest, model: str, prompt_ids: list[int], events: AsyncIterator[Any]
+    ) -> AsyncIterator[str]:
+        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        offsets = [0] * req.n
+        final: RequestOutput | None = None
+        try:
+            async for ev in events:
+                if isinstance(ev, RequestOutput):
+                    final = ev
+                    continue
+                d: StreamDelta = ev
+                c: dict[str, Any] = {
+                    "index": d.index,
+                    "text": d.text,
+                    "logprobs": self._completion_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None, offsets[d.index])
+                    if req.logprobs is not None
+                    else None,
+                    "finish_reason": d.finish_reason,
+                    "stop_reason": d.stop_reason,
+                }
+                offsets[d.index] += len(d.text)
+                if req.return_token_ids:
+                    c["token_ids"] = d.token_ids
+                    c["prompt_token_ids"] = prompt_ids
+                body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [c]}
+                yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+            if req.include_usage_in_stream and final is not None:
+                body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [],
+                        "usage": self._usage(len(prompt_ids), [final])}
+                yield f"data: {json.dumps(body)}\n\n"
+        except Exception as exc:
+            yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
+        yield "data: [DONE]\n\n"
+
+    # -- utilities -------------------------------------------------------------------------
+    def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": n, "object": "model", "created": self.created, "owned_by": "verifiers",
+                 "max_model_len": self.engine.max_model_len}
+                for n in self.names
+            ],
+        }
+
+    def tokenize(self, body: Any) -> dict[str, Any]:
+        req: TokenizeRequest = self.parse(TokenizeRequest, body)
+        self.check_model(req.model)
+        if (req.prompt is None) == (req.messages is None):
+            raise OpenAIError(400, "give exactly one of 'prompt' or 'messages'", param="prompt")
+        if req.messages is not None:
+            tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+            try:
+                ids = render_chat(self.engine.tokenizer, req.messages, tools=tools,
+                                  add_generation_prompt=req.add_generation_prompt)
+            except Exception as exc:
+                raise OpenAIError(400, f"the chat template could not render these messages: {exc}", param="messages") from None
+        else:
+            ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
+        return {"count": len(ids), "max_model_len": self.engine.max_model_len, "tokens": ids}
+
+    def detokenize(self, body: Any) -> dict[str, Any]:
+        req: DetokenizeRequest = self.parse(DetokenizeRequest, body)
+        self.check_model(req.model)
+        return {"prompt": self.engine.tokenizer.decode(req.tokens)}
+
+    async def reload(self, body: Any) -> dict[str, Any]:
+        req: ReloadRequest = self.parse(ReloadRequest, body)
+        try:
+            version = await asyncio.to_thread(self.engine.load_weights_from_disk, req.path)
+        except ConfigError as exc:
+            raise OpenAIError(400, str(exc), param="path") from None
+        return {"weight_version": version}
+
+
+def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, api_key: str | None = None) -> FastAPI:
+    """The FastAPI application. The engine is started on first use if it is not running."""
+    api = EmbeddedAPI(engine, served_model_names)
+    app = FastAPI(title="verifiers embedded server", docs_url=None, redoc_url=None)
+    app.state.api = api
+
+    def error_response(exc: OpenAIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        authorised = request.headers.get("authorization") == f"Bearer {api_key}"
+        if api_key and request.url.path != "/health" and not authorised:
+            return error_response(OpenAIError(401, "invalid or missing API key"))
+        engine.start()
+        try:
+            return await call_next(request)
+        except OpenAIError as exc:
+            return error_response(exc)
+
+    async def body_of(request: Request) -> Any:
+        try:
+            return await request.json()
+        except Exception:
+            raise OpenAIError(400, "the request body is not valid JSON") from None
+
+    async def run(handler: Any, request: Request) -> Any:
+        try:
+            result = await handler(await body_of(request))
+        except OpenAIError as exc:
+            return error_response(exc)
+        except OverlongPromptError as exc:
+            return error_response(OpenAIError(400, str(exc), param="messages"))
+        except ConfigError as exc:
+            return error_response(OpenAIError(400, str(exc)))
+        if isinstance(result, dict):
+            return JSONResponse(result, headers={"x-weight-version": str(result.get("weight_version", ""))})
+        return StreamingResponse(result, media_type="text/event-stream")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        return await run(api.chat, request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        return await run(api.completions, request)
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        return api.models()
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok", "weight_version": engine.weight_version}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Any:
+        async def h(body: Any) -> Any:
+            return api.tokenize(body)
+
+        return await run(h, request)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Any:
+        async def h(body: Any) -> Any:
+            return api.detokenize(body)
+
+        return await run(h, request)
+
+    @app.get("/weights/version")
+    async def weight_version() -> Any:
+        return {"weight_version": engine.weight_version}
+
+    @app.post("/weights/reload")
+    async def reload(request: Request) -> Any:
+        return await run(api.reload, request)
+
+    return app
