@@ -270,6 +270,7 @@ class Environment(ABC):
         rollouts_per_example: int = 1,
         rollout_timeout_s: float | None = None,
         on_group: Callable[[list[RolloutResult]], Any] | None = None,
+        on_rollout: Callable[[RolloutResult], Any] | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
         """Run rollouts for ``inputs`` (rows with prompt or question, answer, task, info)."""
@@ -288,6 +289,7 @@ class Environment(ABC):
             rollout_timeout_s=self.rollout_timeout_s if rollout_timeout_s is None else rollout_timeout_s,
             score=score_rollouts,
             on_group=on_group,
+            on_rollout=on_rollout,
         )
         return GenerateOutputs.from_results(results)
 

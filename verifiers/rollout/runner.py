@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from verifiers.envs.environment import Environment
 
 GroupCallback = Callable[[list[RolloutResult]], Any]
+RolloutCallback = Callable[[RolloutResult], Any]
 
 
 def _error_origin(exc: BaseException) -> str:
@@ -52,6 +53,9 @@ async def run_single(
     t0 = time.perf_counter()
     error: RolloutError | None = None
     stop_reason: str | None = None
+    per_input = inp.extra.get("sampling_args") if inp.extra else None
+    if per_input:  # e.g. a trainer's per-sample seed, so each sample is reproducible on its own
+        sampling_args = {**(sampling_args or {}), **per_input}
     timeout_cm = asyncio.timeout(rollout_timeout_s)
     try:
         async with timeout_cm:
@@ -137,11 +141,14 @@ async def run_rollouts(
     rollout_timeout_s: float | None = None,
     score: bool = True,
     on_group: GroupCallback | None = None,
+    on_rollout: RolloutCallback | None = None,
 ) -> list[RolloutResult]:
     """Run every input concurrently; return results in input order.
 
     ``max_concurrent <= 0`` means no limit. ``on_group`` (sync or async) is called
-    once per finished, scored group, in completion order.
+    once per finished, scored group, in completion order. ``on_rollout`` (sync or
+    async) is called once per rollout as soon as it is scored by the per-rollout
+    functions, before its group completes (live progress displays use it).
     """
     chat_client = as_chat_client(client)
     sem = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
@@ -181,6 +188,8 @@ async def run_rollouts(
                 s = RolloutScore(errors=[RolloutError.from_exception(exc, where="rubric")])
             _apply_score(res, s, time.perf_counter() - t)
         results[i] = res
+        if on_rollout is not None:
+            await maybe_await(on_rollout(res))
         bucket = pending.setdefault(inp.group_id, [])
         bucket.append(res)
         if len(bucket) == group_sizes[inp.group_id]:

@@ -1,0 +1,148 @@
+"""Scored rollouts → token-exact training tensors.
+
+Token ids are the ones the server returned for every turn (`RolloutResult.token_sequence`),
+never a re-tokenisation of the transcript, so what is trained on is exactly what was
+sampled. Environment and tool tokens between turns are in the sequence (the model must
+see them) but masked out of the loss; the attention mask (all real tokens) is separate
+from the loss mask (sampled tokens only).
+
+Tensors are over *targets*: column ``t`` of ``loss_mask`` / ``sampler_logp`` refers to
+token ``t + 1`` predicted from positions ``<= t``, matching ``logits[:, :-1]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from verifiers.types import RolloutResult
+
+
+@dataclass
+class TrainRow:
+    input_ids: list[int]
+    loss_mask: list[int]  # over targets (len(input_ids) - 1)
+    sampler_logp: list[float]  # over targets
+    reward: float
+    group: int
+    is_truncated: bool
+    completion_len: int
+    is_expert: bool = False
+
+
+@dataclass
+class TrainBatch:
+    input_ids: Tensor  # [N, L] right-padded
+    attention_mask: Tensor  # [N, L]
+    position_ids: Tensor  # [N, L]
+    loss_mask: Tensor  # [N, L-1] bool
+    sampler_logp: Tensor  # [N, L-1]
+    rewards: Tensor  # [N]
+    group_ids: Tensor  # [N] int64
+    is_truncated: Tensor  # [N] bool
+    is_expert: Tensor  # [N] bool
+    advantages: Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, idx: Tensor) -> TrainBatch:
+        """Rows ``idx``, trimmed to their longest real length (padding costs compute)."""
+        width = int(self.attention_mask.index_select(0, idx).sum(1).max())
+        width = max(width, 2)
+        return TrainBatch(
+            input_ids=self.input_ids.index_select(0, idx)[:, :width],
+            attention_mask=self.attention_mask.index_select(0, idx)[:, :width],
+            position_ids=self.position_ids.index_select(0, idx)[:, :width],
+            loss_mask=self.loss_mask.index_select(0, idx)[:, : width - 1],
+            sampler_logp=self.sampler_logp.index_select(0, idx)[:, : width - 1],
+            rewards=self.rewards.index_select(0, idx),
+            group_ids=self.group_ids.index_select(0, idx),
+            is_truncated=self.is_truncated.index_select(0, idx),
+            is_expert=self.is_expert.index_select(0, idx),
+            advantages=None if self.advantages is None else self.advantages.index_select(0, idx),
+        )
+
+
+def row_from_result(r: RolloutResult, group: int, max_seq_len: int, overlong: str) -> TrainRow | None:
+    """One training row, or None when the rollout has nothing trainable (error, no token data,
+    a prompt that does not fit, or ``overlong='drop'`` and it does not fit)."""
+    if not r.tokens:
+        return None
+    seq = r.token_sequence()
+    if not seq.prefix_consistent or not seq.completion_ids:
+        return None
+    prompt, comp = list(seq.prompt_ids), list(seq.completion_ids)
+    mask, lps = list(seq.completion_mask), list(seq.completion_logprobs)
+    if len(lps) < len(comp):
+        lps += [0.0] * (len(comp) - len(lps))
+    truncated = bool(r.is_truncated)
+    if len(prompt) + len(comp) > max_seq_len:
+        room = max_seq_len - len(prompt)
+        if overlong == "drop" or room < 1:
+            return None
+        comp, mask, lps = comp[:room], mask[:room], lps[:room]
+        truncated = True
+    ids = prompt + comp
+    # targets 0..len(ids)-2; completion token j is target len(prompt)-1+j
+    tmask = [0] * (len(prompt) - 1) + mask
+    tlp = [0.0] * (len(prompt) - 1) + [lp if m else 0.0 for lp, m in zip(lps, mask, strict=True)]
+    return TrainRow(ids, tmask, tlp, float(r.reward), group, truncated, int(sum(mask)))
+
+
+def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
+    n = len(rows)
+    width = max(len(r.input_ids) for r in rows)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    lmask = torch.zeros((n, width - 1), dtype=torch.bool)
+    slp = torch.zeros((n, width - 1), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        L = len(r.input_ids)
+        ids[i, :L] = torch.tensor(r.input_ids, dtype=torch.long)
+        attn[i, :L] = 1
+        lmask[i, : L - 1] = torch.tensor(r.loss_mask, dtype=torch.bool)
+        slp[i, : L - 1] = torch.tensor(r.sampler_logp, dtype=torch.float32)
+    pos = (attn.cumsum(1) - 1).clamp(min=0)
+    return TrainBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=pos,
+        loss_mask=lmask,
+        sampler_logp=slp,
+        rewards=torch.tensor([r.reward for r in rows], dtype=torch.float32),
+        group_ids=torch.tensor([r.group for r in rows], dtype=torch.long),
+        is_truncated=torch.tensor([r.is_truncated for r in rows], dtype=torch.bool),
+        is_expert=torch.tensor([r.is_expert for r in rows], dtype=torch.bool),
+    )
+
+
+def expert_rows(tokenizer: Any, conversations: Sequence[list[dict[str, Any]]], max_seq_len: int) -> list[TrainRow]:
+    """SFT rows for MIX: every assistant message's tokens are trained on, the rest masked.
+
+    The assistant spans are found by rendering growing prefixes of the conversation, the
+    same chat template as generation uses.
+    """
+    from verifiers.data.templating import apply_chat_template
+
+    out = []
+    for conv in conversations:
+        ids = list(apply_chat_template(tokenizer, conv, add_generation_prompt=False))
+        mask = [0] * len(ids)
+        for k, m in enumerate(conv):
+            if m.get("role") != "assistant":
+                continue
+            start = len(apply_chat_template(tokenizer, conv[:k], add_generation_prompt=True)) if k else 0
+            end = len(apply_chat_template(tokenizer, conv[: k + 1], add_generation_prompt=False))
+            for j in range(start, min(end, len(ids))):
+                mask[j] = 1
+        ids, mask = ids[:max_seq_len], mask[:max_seq_len]
+        if len(ids) < 2 or sum(mask[1:]) == 0:
+            continue
+        out.append(TrainRow(ids, mask[1:], [0.0] * (len(ids) - 1), 0.0, -1, False, sum(mask[1:]), is_expert=True))
+    return out

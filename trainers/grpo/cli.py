@@ -1,0 +1,48 @@
+"""``vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]]``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(
+            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR]]\n"
+            "  every TrainConfig field can be overridden, e.g. --learning_rate 1e-4 --tiny_model.hidden_size 128\n"
+            "  examples: examples/configs/*.toml; fields: docs/training.md"
+        )
+        return 0 if args else 2
+    resume: str | bool = False
+    if "--resume" in args:
+        i = args.index("--resume")
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            resume = args[i + 1]
+            del args[i : i + 2]
+        else:
+            resume = True
+            del args[i]
+    path, overrides = (None, args) if args[0].startswith("--") else (args[0], args[1:])
+    from verifiers.errors import ConfigError
+
+    try:
+        from trainers.grpo.config import load_config
+
+        cfg = load_config(path, overrides)
+        from trainers.grpo.trainer import GRPOTrainer
+
+        summary = GRPOTrainer(cfg).train(resume=resume)
+    except ConfigError as exc:
+        print(f"vf-train: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"vf-train needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
+        return 2
+    print(json.dumps(summary.__dict__))
+    return 130 if summary.interrupted else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""The one training config: a pydantic model loaded from TOML, with ``--key value`` overrides.
+
+Unknown keys are errors (a typo must not silently train with a default), and the resolved
+config is written next to every run as ``config.json`` so a run can be reproduced or resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from verifiers.errors import ConfigError
+
+
+class TinyModelConfig(BaseModel):
+    """Shape of the model built when ``model = "tiny"`` (see `vf-tiny`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    arch: Literal["llama", "qwen2"] = "llama"
+    hidden_size: int = 64
+    intermediate_size: int = 192
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    seed: int = 0
+
+
+class TrainConfig(BaseModel):
+    """Every knob of `vf-train`. See docs/training.md for what each one does."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # what to train, on what
+    model: str = Field("tiny", description="a save_pretrained directory, or 'tiny' to build one (tiny_model)")
+    tiny_model: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    env_id: str = "reverse-text"
+    env_args: dict[str, Any] = Field(default_factory=dict)
+    output_dir: str = "outputs/train/run"
+    seed: int = 0
+
+    # algorithm (a named preset plus field overrides, e.g. {beta = 0.01})
+    algorithm: str = "grpo"
+    algorithm_overrides: dict[str, Any] = Field(default_factory=dict)
+    expert_data: str | None = Field(None, description="jsonl of chat rows ('messages') for the 'mix' algorithm")
+
+    # batch shape
+    prompts_per_step: int = Field(8, ge=1, description="unique prompts per optimizer step")
+    num_generations: int = Field(8, ge=1, description="samples per prompt (the group size G)")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    num_iterations: int = Field(1, ge=1, description="optimizer passes over each generated batch")
+    max_steps: int = Field(100, ge=1)
+
+    # generation
+    max_tokens: int = Field(32, ge=1, description="per model turn")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = -1
+    max_prompt_len: int | None = Field(None, ge=1, description="drop training prompts longer than this")
+    max_seq_len: int = Field(2048, ge=2, description="prompt + completion tokens trained on per rollout")
+    overlong: Literal["truncate", "drop"] = "truncate"
+    max_concurrent: int = Field(256, ge=1)
+    rollout_timeout_s: float | None = None
+    num_batches_ahead: int = Field(0, ge=0, description="0 = synchronous; k = generate k batches ahead")
+    generation_timeout_s: float = Field(600.0, gt=0)
+    max_staleness: int | None = Field(None, ge=0, description="drop batches from policies older than this")
+    max_refills: int = Field(4, ge=0, description="extra generations per step to replace filtered groups")
+
+    # inference server
+    base_url: str | None = Field(None, description="an external OpenAI-compatible server; default: embedded")
+    server_model_name: str = "policy"
+    engine_max_batch_size: int = Field(256, ge=1)
+
+    # optimisation
+    learning_rate: float = Field(1e-5, gt=0)
+    lr_scheduler: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    gradient_checkpointing: bool = False
+    lora: bool = False
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    torch_threads: int | None = Field(None, ge=1)
+
+    # evaluation, checkpoints, logging
+    eval_every: int = Field(0, ge=0, description="0 = never")
+    eval_num_examples: int = 32
+    save_every: int = Field(0, ge=0, description="0 = only at the end and on Ctrl-C")
+    keep_checkpoints: int = Field(2, ge=1)
+    log_every: int = Field(1, ge=1)
+    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    num_sample_completions: int = Field(4, ge=0, description="rows of the sample-completions table per log")
+    plot: bool = True
+    progress: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        rows = self.prompts_per_step * self.num_generations
+        if rows % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"prompts_per_step x num_generations = {rows} rows must split evenly into "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} micro-batches"
+            )
+        return self
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+
+
+def _parse_value(raw: str) -> Any:
+    """CLI values: JSON when it parses (numbers, booleans, lists, objects), else the string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        lowered = raw.lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        return raw
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """``["--learning_rate", "1e-3", "--tiny_model.hidden_size=128"]`` → nested dict."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected argument {arg!r}: overrides look like --key value or --key=value")
+        key = arg[2:].replace("-", "_")
+        if "=" in key:
+            key, raw = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                raise ConfigError(f"--{key} needs a value")
+            raw = args[i + 1]
+            i += 2
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = _parse_value(raw)
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(merged.get(k), dict):
+            merged[k] = _merge(merged[k], v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def _explain(exc: ValidationError) -> str:
+    lines = []
+    known = ", ".join(sorted(TrainConfig.model_fields))
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "config"
+        if err.get("type") == "extra_forbidden":
+            lines.append(f"unknown key {where!r}. Known keys: {known}")
+        else:
+            lines.append(f"{where}: {err.get('msg')}")
+    return "invalid training config:\n  " + "\n  ".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> TrainConfig:
+    """TOML file (optional) + overrides → validated `TrainConfig`; errors name the key and the fix."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist (examples: examples/configs/*.toml)")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{p} is not valid TOML: {exc}") from None
+    if overrides:
+        data = _merge(data, overrides if isinstance(overrides, dict) else parse_overrides(overrides))
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc)) from None

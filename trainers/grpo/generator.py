@@ -1,0 +1,208 @@
+"""Rollout generation for the trainer: batch k+1 is generated while batch k trains.
+
+A background thread runs its own event loop; the trainer asks for batches by id. Each batch
+is ``prompts_per_step`` prompts drawn by the `RepeatSampler` (each prompt ``G`` times in a
+row), run through the environment with one request per sample, scored, and stamped with
+the policy version the weights had when generation started. Every sample carries its own
+seed derived from (run seed, batch id, row), so a batch is reproducible on its own, which is
+what makes an interrupted-and-resumed run equal an uninterrupted one.
+
+``num_batches_ahead = 0`` is synchronous (generate after each weight sync); ``k > 0`` keeps
+up to ``k`` batches in flight, so their data is at most ``k`` policy versions old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainers.grpo.sampler import RepeatSampler
+from verifiers.envs.environment import Environment
+from verifiers.errors import VFError
+from verifiers.rollout.inputs import RolloutInput
+from verifiers.rollout.runner import run_rollouts
+from verifiers.types import GenerateOutputs, RolloutResult
+
+
+class GenerationTimeoutError(VFError):
+    """A batch did not arrive within ``generation_timeout_s``: the server is stuck or far too slow."""
+
+
+@dataclass
+class RolloutBatch:
+    batch_id: int
+    policy_version: int
+    results: list[RolloutResult]
+    seconds: float
+    sampler_state: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_seed(run_seed: int, batch_id: int, row: int) -> int:
+    return (run_seed * 1_000_003 + batch_id * 10_007 + row) % (2**31 - 1)
+
+
+class BatchGenerator:
+    """Generates `RolloutBatch`es in a background event loop (see module doc)."""
+
+    def __init__(
+        self,
+        env: Environment,
+        rows: Sequence[dict[str, Any]],
+        *,
+        make_client: Callable[[], Any],
+        model_name: str,
+        sampling_args: dict[str, Any],
+        prompts_per_step: int,
+        num_generations: int,
+        seed: int,
+        max_concurrent: int,
+        rollout_timeout_s: float | None,
+        timeout_s: float,
+    ) -> None:
+        self.env = env
+        self.rows = list(rows)
+        self.model_name = model_name
+        self.sampling_args = dict(sampling_args)
+        self.P = prompts_per_step
+        self.G = num_generations
+        self.seed = seed
+        self.max_concurrent = max_concurrent
+        self.rollout_timeout_s = rollout_timeout_s
+        self.timeout_s = timeout_s
+        self.sampler = RepeatSampler(len(self.rows), mini_repeat_count=self.G, batch_size=self.P, shuffle=True, seed=seed)
+        self._it = iter(self.sampler)
+        self._next_id = 0
+        self._futures: dict[int, concurrent.futures.Future[RolloutBatch]] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vf-generator", daemon=True)
+        self._thread.start()
+        self._client = self._call(self._make_client(make_client))
+
+    async def _make_client(self, make: Callable[[], Any]) -> Any:
+        return make()
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    # -- prompts ---------------------------------------------------------------------------
+    def _draw(self) -> list[int]:
+        """The next ``P`` prompt indices (each repeated ``G`` times by the sampler)."""
+        out: list[int] = []
+        while len(out) < self.P * self.G:
+            try:
+                out.append(next(self._it))
+            except StopIteration:
+                self._it = iter(self.sampler)  # next epoch, new permutation
+        return out[:: self.G]
+
+    @property
+    def next_batch_id(self) -> int:
+        return self._next_id
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next *unconsumed* batch starts: in-flight batches are regenerated on resume."""
+        pending = sorted(self._futures)
+        if pending:
+            first = self._futures[pending[0]]
+            if first.done() and not first.exception():
+                return {"next_batch_id": pending[0], "sampler": first.result().sampler_state}
+        return {"next_batch_id": self._next_id, "sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cancel_pending()
+        self._next_id = int(state["next_batch_id"])
+        self.sampler.load_state_dict(state["sampler"])
+        self._it = iter(self.sampler)
+
+    # -- generation ------------------------------------------------------------------------
+    def submit(self, policy_version: int) -> int:
+        """Start generating the next batch with the current weights; returns its id."""
+        batch_id = self._next_id
+        self._next_id += 1
+        sampler_state = self.sampler.state_dict()
+        prompt_idx = self._draw()
+        inputs = []
+        for g, idx in enumerate(prompt_idx):
+            row = self.rows[idx]
+            for r in range(self.G):
+                inputs.append(
+                    RolloutInput(
+                        example_id=int(row.get("example_id", idx)),
+                        prompt=row["prompt"],
+                        answer=row.get("answer", "") or "",
+                        task=row.get("task") or "default",
+                        info=row.get("info") or {},
+                        group_id=batch_id * self.P + g,
+                        rollout_index=r,
+                        extra={"sampling_args": {"seed": sample_seed(self.seed, batch_id, g * self.G + r)}},
+                    )
+                )
+        fut = asyncio.run_coroutine_threadsafe(self._generate(batch_id, policy_version, inputs, sampler_state), self._loop)
+        self._futures[batch_id] = fut
+        return batch_id
+
+    async def _generate(
+        self, batch_id: int, version: int, inputs: list[RolloutInput], sampler_state: dict[str, Any]
+    ) -> RolloutBatch:
+        t = time.perf_counter()
+        results = await run_rollouts(
+            self.env,
+            self._client,
+            self.model_name,
+            inputs,
+            sampling_args=self.env.merge_sampling_args(self.sampling_args),
+            max_concurrent=self.max_concurrent,
+            rollout_timeout_s=self.rollout_timeout_s,
+        )
+        return RolloutBatch(batch_id, version, results, time.perf_counter() - t, sampler_state)
+
+    def in_flight(self) -> int:
+        return len(self._futures)
+
+    def get(self, batch_id: int) -> RolloutBatch:
+        """Block until batch ``batch_id`` is ready; raises `GenerationTimeoutError` after the timeout."""
+        fut = self._futures.get(batch_id)
+        if fut is None:
+            raise KeyError(f"batch {batch_id} was never submitted")
+        try:
+            batch = fut.result(self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise GenerationTimeoutError(
+                f"batch {batch_id} took longer than generation_timeout_s={self.timeout_s:g}s; "
+                "check the inference server or raise the timeout"
+            ) from None
+        del self._futures[batch_id]
+        return batch
+
+    def evaluate(self, num_examples: int, sampling_args: dict[str, Any]) -> GenerateOutputs:
+        async def run() -> GenerateOutputs:
+            return await self.env.a_evaluate(
+                self._client, self.model_name, sampling_args=sampling_args, num_examples=num_examples,
+                rollouts_per_example=1, max_concurrent=self.max_concurrent,
+            )
+
+        return self._call(run(), timeout=self.timeout_s)
+
+    def cancel_pending(self) -> None:
+        for fut in self._futures.values():
+            fut.cancel()
+        self._futures.clear()
+
+    def close(self) -> None:
+        self.cancel_pending()
+
+        async def shutdown() -> None:
+            close = getattr(self._client, "close", None)
+            if close is not None:
+                await close()
+
+        with contextlib.suppress(Exception):  # closing is best effort; the loop goes away next
+            self._call(shutdown(), timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

@@ -1,0 +1,117 @@
+"""Where training metrics go: ``metrics.jsonl`` always, TensorBoard / wandb when asked, a
+rich table of sample completions, and a PNG of the reward, KL and length curves at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from verifiers.errors import ConfigError
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: Path, report_to: Sequence[str], *, run_name: str, config: dict[str, Any],
+                 resume_step: int | None = None) -> None:
+        self.out_dir = out_dir
+        self.path = out_dir / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():
+            # Keep what was logged up to the checkpoint; steps after it are about to be redone.
+            kept = [ln for ln in self.path.read_text().splitlines() if _step_of(ln) <= resume_step]
+            self.path.write_text("".join(k + "\n" for k in kept))
+        elif self.path.exists():
+            self.path.unlink()
+        self._file = self.path.open("a")
+        self._tb: Any = None
+        self._wandb: Any = None
+        if "tensorboard" in report_to:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:
+                raise ConfigError(f"report_to includes 'tensorboard' but it is not installed: pip install tensorboard ({exc})") from None
+            self._tb = SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+        if "wandb" in report_to:
+            try:
+                import wandb
+            except ImportError:
+                raise ConfigError("report_to includes 'wandb' but it is not installed: pip install wandb") from None
+            self._wandb = wandb.init(project="verifiers", name=run_name, config=config, dir=str(out_dir))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _step_of(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (json.JSONDecodeError, AttributeError):
+        return 1 << 62
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def samples_table(rows: Sequence[tuple[str, str, float]], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=True)
+    table.add_column("prompt", overflow="fold", max_width=40)
+    table.add_column("completion", overflow="fold", max_width=60)
+    table.add_column("reward", justify="right")
+    for prompt, completion, reward in rows:
+        table.add_row(prompt, completion, f"{reward:.3f}")
+    return table
+
+
+def plot_curves(metrics_path: Path, out_png: Path) -> Path | None:
+    """Reward, KL and completion-length curves as one PNG (None when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = read_metrics(metrics_path)
+    if not rows:
+        return None
+    panels = [("reward", "mean reward"), ("kl", "KL to reference"), ("completions/mean_length", "completion length")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.5)
+        else:
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png

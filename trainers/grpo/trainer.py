@@ -1,0 +1,506 @@
+"""The GRPO training loop: generate → store → advantages → clipped loss (+KL) → step → sync.
+
+Read top to bottom, `GRPOTrainer.train` is the whole algorithm:
+
+1. a `BatchGenerator` turns ``prompts_per_step`` prompts into ``G`` scored rollouts each,
+   one request per sample, against the inference server (by default the embedded engine
+   in this process, sharing the model object so "weight sync" is a version bump);
+2. groups go into the `ExperienceStore` (which can drop zero-variance groups, then the
+   generator refills) and come out whole;
+3. the server's token ids become a right-padded batch with a loss mask over sampled tokens
+   only; advantages are group-relative (explicit group ids);
+4. for ``num_iterations`` passes, micro-batches (a seeded shuffle, split into
+   ``gradient_accumulation_steps``) compute the preset's loss; each micro-batch's loss is
+   already its *share* of the full-batch loss, so gradients add up to the same value for
+   any split; clip, step, schedule;
+5. the server gets the new weights; metrics, evals and checkpoints follow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import random
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.grpo.advantages import get_advantage_fn, group_stats
+from trainers.grpo.algorithms import AlgorithmPreset, compute_loss, get_algorithm
+from trainers.grpo.batch import TrainBatch, TrainRow, collate, expert_rows, row_from_result
+from trainers.grpo.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from trainers.grpo.config import TrainConfig
+from trainers.grpo.generator import BatchGenerator, RolloutBatch
+from trainers.grpo.losses import LossNormalizer, entropy_from_logits, expert_count, mask_truncated
+from trainers.grpo.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
+from trainers.grpo.store import ExperienceStore
+from trainers.grpo.weight_sync import WeightSync, make_weight_sync
+from verifiers.errors import ConfigError
+from verifiers.types import RolloutResult
+
+COLUMNS = ("result", "reward")
+
+
+@dataclass
+class TrainSummary:
+    steps: int
+    wall_s: float
+    reward_first: float
+    reward_last: float
+    output_dir: str
+    interrupted: bool = False
+
+
+def token_logps(model: Any, batch: TrainBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of each target token and the (detached-ready) logits over targets."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
+    logits = out.logits[:, :-1, :].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    targets = batch.input_ids[:, 1:]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return logp, logits
+
+
+class GRPOTrainer:
+    def __init__(self, cfg: TrainConfig, *, console: Any = None) -> None:
+        from rich.console import Console
+
+        self.cfg = cfg
+        self.console = console or Console()
+        self.out = Path(cfg.output_dir)
+        self.preset: AlgorithmPreset = get_algorithm(cfg.algorithm, **cfg.algorithm_overrides)
+        if self.preset.mix is not None and not cfg.expert_data:
+            raise ConfigError("the 'mix' algorithm needs expert_data = 'path/to/expert.jsonl' (rows with 'messages')")
+        self.step = 0
+        self.version = 0
+        self._stop_requested = False
+
+    # -- setup -----------------------------------------------------------------------------
+    def _load_model(self) -> tuple[Any, Any]:
+        from verifiers.inference.loading import load_model_and_tokenizer
+        from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+
+        path = self.cfg.model
+        if path == "tiny":
+            path = str(self.out / "base_model")
+            if not (Path(path) / "config.json").is_file():
+                save_tiny_model(path, TinyModelSpec(**self.cfg.tiny_model.model_dump()))
+        return load_model_and_tokenizer(path)
+
+    def setup(self) -> None:
+        import verifiers as vf
+
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        cfg.save(self.out / "config.json")
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        model, self.tokenizer = self._load_model()
+        model.eval()  # no dropout: the sampler and the learner must see the same function
+        self.ref_model = None
+        if self.preset.uses_reference and not cfg.lora:
+            self.ref_model = copy.deepcopy(model).requires_grad_(False)
+        if cfg.lora:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(
+                r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
+            ))
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
+        )
+        from transformers import get_scheduler
+
+        self.scheduler = get_scheduler(
+            cfg.lr_scheduler, self.optimizer, num_warmup_steps=cfg.warmup_steps,
+            num_training_steps=cfg.max_steps * cfg.num_iterations,
+        )
+        self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out)
+        env = vf.load_environment(cfg.env_id, **cfg.env_args)
+        self.env = env
+        rows = self._training_rows(env)
+        if len(rows) < cfg.prompts_per_step:
+            raise ConfigError(
+                f"the training split has {len(rows)} prompts, fewer than prompts_per_step={cfg.prompts_per_step}"
+            )
+        sampling = {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                    "logprobs": True, "extra_body": {"return_token_ids": True}}
+        if cfg.top_k > 0:
+            sampling["extra_body"]["top_k"] = cfg.top_k
+        self.sampling_args = sampling
+        self.generator = BatchGenerator(
+            env, rows, make_client=self.sync.make_client, model_name=self.sync.model_name, sampling_args=sampling,
+            prompts_per_step=cfg.prompts_per_step, num_generations=cfg.num_generations, seed=cfg.seed,
+            max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
+            timeout_s=cfg.generation_timeout_s,
+        )
+        self.store = ExperienceStore(
+            consumers=("trainer",), columns=COLUMNS, max_staleness=cfg.max_staleness,
+            filter_zero_std=self.preset.filter_zero_std_groups, seed=cfg.seed,
+        )
+        self.expert: list[TrainRow] = []
+        if self.preset.mix is not None:
+            self.expert = self._load_expert()
+        self.pending: list[int] = []
+        self.reward_history: list[float] = []
+
+    def _training_rows(self, env: Any) -> list[dict[str, Any]]:
+        data = env.get_dataset()
+        if self.cfg.max_prompt_len is None:
+            return list(data.rows)
+        from verifiers.data.filtering import filter_overlong
+
+        kept, stats = filter_overlong(data.hf, self.tokenizer, self.cfg.max_prompt_len)
+        self.console.print(
+            f"overlong filter: kept {stats.kept}/{stats.total} prompts "
+            f"({stats.overlong} too long, {stats.template_failures} failed the chat template)"
+        )
+        return kept.to_list()
+
+    def _load_expert(self) -> list[TrainRow]:
+        import json
+
+        path = Path(self.cfg.expert_data or "")
+        if not path.is_file():
+            raise ConfigError(f"expert_data {path} does not exist")
+        convs = []
+        for i, line in enumerate(path.read_text().splitlines()):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "messages" not in row:
+                raise ConfigError(f"{path}:{i + 1} has no 'messages' list (chat rows are needed for SFT)")
+            convs.append(row["messages"])
+        rows = expert_rows(self.tokenizer, convs, self.cfg.max_seq_len)
+        if not rows:
+            raise ConfigError(f"{path} has no assistant turns to train on")
+        return rows
+
+    # -- data ------------------------------------------------------------------------------
+    def _submit(self) -> None:
+        self.pending.append(self.generator.submit(self.version))
+
+    def _take_batch(self) -> tuple[list[list[RolloutResult]], list[int], dict[str, float]]:
+        """Whole groups for one step, refilling when the store filtered or evicted some."""
+        cfg = self.cfg
+        info = {"refills": 0.0, "gen_s": 0.0}
+        refills = 0
+        while True:
+            got = self.store.get("trainer", list(COLUMNS), cfg.prompts_per_step)
+            if got is not None:
+                break
+            if not self.pending:
+                if refills > cfg.max_refills:
+                    got = self.store.get("trainer", list(COLUMNS), cfg.prompts_per_step, allow_partial=True)
+                    if got is None:
+                        raise ConfigError(
+                            "no trainable groups after refills: every group had equal rewards (or went stale); "
+                            "raise max_refills, lower filtering, or check the reward functions"
+                        )
+                    break
+                self._submit()
+                refills += 1
+            batch = self.generator.get(self.pending.pop(0))
+            info["gen_s"] += batch.seconds
+            self._store_batch(batch)
+        while len(self.pending) < cfg.num_batches_ahead:
+            self._submit()
+        info["refills"] = float(max(0, refills - 1))
+        groups: dict[int, list[RolloutResult]] = {}
+        for gi, res in zip(got.group_index, got.columns["result"], strict=True):
+            groups.setdefault(gi, []).append(res)
+        return list(groups.values()), list(got.policy_versions), info
+
+    def _store_batch(self, batch: RolloutBatch) -> None:
+        by_group: dict[int, list[RolloutResult]] = {}
+        for r in batch.results:
+            by_group.setdefault(r.group_id, []).append(r)
+        for gid, rs in by_group.items():
+            rs.sort(key=lambda r: r.rollout_index)
+            self.store.put(gid, {"result": rs, "reward": [r.reward for r in rs]}, policy_version=batch.policy_version)
+
+    # -- one optimizer step ----------------------------------------------------------------
+    def _build(self, groups: list[list[RolloutResult]]) -> tuple[TrainBatch, dict[str, float]]:
+        cfg = self.cfg
+        rows: list[TrainRow] = []
+        for g, rs in enumerate(groups):
+            for r in rs:
+                row = row_from_result(r, g, cfg.max_seq_len, cfg.overlong)
+                if row is not None:
+                    rows.append(row)
+        all_results = [r for rs in groups for r in rs]
+        if not rows:
+            errors = sorted({r.error.type for r in all_results if r.error})
+            raise ConfigError(
+                "no rollout in this batch has token data to train on"
+                + (f" (errors: {', '.join(errors)})" if errors else "")
+                + "; the server must return token ids (return_token_ids) and logprobs"
+            )
+        if self.expert:
+            assert self.preset.mix is not None
+            k = expert_count(self.preset.mix.expert_ratio, len(rows))
+            rng = random.Random(cfg.seed * 7919 + self.step)
+            rows += [self.expert[rng.randrange(len(self.expert))] for _ in range(k)]
+        batch = collate(rows, self.tokenizer.pad_token_id or 0)
+        rl = ~batch.is_expert
+        adv = torch.zeros(len(batch))
+        adv_fn = get_advantage_fn(self.preset.advantage)
+        adv[rl] = adv_fn(batch.rewards[rl], batch.group_ids[rl], scale=self.preset.scale, eps=self.preset.eps)
+        batch.advantages = adv
+        stats = group_stats(batch.rewards[rl], batch.group_ids[rl])
+        lengths = [sum(r.loss_mask) for r in rows if not r.is_expert]
+        metrics: dict[str, float] = {
+            "reward": float(sum(r.reward for r in all_results) / len(all_results)),
+            "reward_std": float(stats.reward_std),
+            "frac_reward_zero_std": float(stats.frac_reward_zero_std),
+            "completions/mean_length": float(sum(lengths) / len(lengths)),
+            "completions/max_length": float(max(lengths)),
+            "completions/clipped_ratio": float(batch.is_truncated[rl].float().mean()),
+            "rollouts/errors": float(sum(1 for r in all_results if r.error)),
+            "rollouts/trained": float(int(rl.sum())),
+        }
+        funcs: dict[str, list[float]] = {}
+        for r in all_results:
+            for k, v in r.metrics.items():
+                funcs.setdefault(k, []).append(v)
+        for k, vs in funcs.items():
+            metrics[f"rewards/{k}"] = sum(vs) / len(vs)
+        return batch, metrics
+
+    def _logps_no_grad(self, model: Any, batch: TrainBatch, chunks: int) -> torch.Tensor:
+        out = torch.zeros_like(batch.sampler_logp)
+        idx = torch.arange(len(batch))
+        with torch.no_grad():
+            for part in idx.chunk(chunks):
+                sub = batch.select(part)
+                lp, _ = token_logps(model, sub, self.cfg.temperature)
+                out[part, : lp.shape[1]] = lp
+        return out
+
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[Any]:
+        if self.ref_model is not None:
+            yield self.ref_model
+        else:  # LoRA: the base model is the policy with its adapters switched off
+            with self.model.disable_adapter():
+                yield self.model
+
+    def _train_on(self, batch: TrainBatch) -> dict[str, float]:
+        cfg, preset = self.cfg, self.preset
+        mask = batch.loss_mask
+        if preset.mask_truncated_completions:
+            mask = mask_truncated(mask, batch.is_truncated)
+        batch.loss_mask = mask
+        normalizer = LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens)
+        chunks = cfg.gradient_accumulation_steps
+        old = self._logps_no_grad(self.model, batch, chunks) if cfg.num_iterations > 1 else None
+        ref = None
+        if preset.uses_reference:
+            with self._reference() as ref_model:
+                ref = self._logps_no_grad(ref_model, batch, chunks)
+        sums: dict[str, float] = {}
+        grad_norms = []
+        if cfg.gradient_checkpointing:
+            self.model.train()
+        try:
+            for it in range(cfg.num_iterations):
+                gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step * 101 + it)
+                perm = torch.randperm(len(batch), generator=gen)
+                for part in perm.chunk(chunks):
+                    sub = batch.select(part)
+                    width = sub.loss_mask.shape[1]
+                    logp, logits = token_logps(self.model, sub, cfg.temperature)
+                    want_grad_entropy = preset.entropy_coef != 0
+                    if want_grad_entropy:
+                        entropy = entropy_from_logits(logits)
+                    else:
+                        with torch.no_grad():
+                            entropy = entropy_from_logits(logits.detach())
+                    loss, m = compute_loss(
+                        preset,
+                        logp=logp,
+                        old_logp=None if old is None else old[part, :width],
+                        ref_logp=None if ref is None else ref[part, :width],
+                        sampler_logp=sub.sampler_logp if preset.off_policy is not None else None,
+                        advantages=sub.advantages,
+                        loss_mask=sub.loss_mask,
+                        is_expert=sub.is_expert if self.expert else None,
+                        entropy=entropy,
+                        normalizer=normalizer,
+                    )
+                    loss.backward()
+                    for k, v in m.items():
+                        sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
+                if cfg.max_grad_norm is not None:
+                    gn = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                else:
+                    gn = torch.linalg.vector_norm(
+                        torch.stack([p.grad.norm() for p in self.params if p.grad is not None])
+                    )
+                grad_norms.append(float(gn))
+                with self.sync.updating():
+                    self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        finally:
+            if cfg.gradient_checkpointing:
+                self.model.eval()
+        sums["grad_norm"] = sum(grad_norms) / len(grad_norms)
+        sums["learning_rate"] = float(self.scheduler.get_last_lr()[0])
+        return sums
+
+    # -- loop ------------------------------------------------------------------------------
+    def _checkpoint(self) -> Path:
+        payload = {
+            "step": self.step,
+            "version": self.version,
+            "model": {k: v for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.state_dict(),
+            "store": self.store.state_dict(),
+            "rng": rng_state(),
+            "engine_rng": self.sync.rng_state(),
+            "reward_history": list(self.reward_history),
+            "config": self.cfg.model_dump(mode="json"),
+        }
+        return save_checkpoint(self.out / "checkpoints", self.step, payload, keep=self.cfg.keep_checkpoints)
+
+    def _resume(self, where: str | bool) -> None:
+        path = latest_checkpoint(self.out / "checkpoints") if where is True else Path(str(where))
+        if path is None:
+            self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
+            return
+        state = load_checkpoint(path)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.load_state_dict(state["generator"])
+        self.store.load_state_dict(state["store"])
+        set_rng_state(state["rng"])
+        self.sync.set_rng_state(state["engine_rng"])
+        self.step = int(state["step"])
+        self.version = int(state["version"])
+        self.sync.set_version(self.version)
+        self.reward_history = list(state.get("reward_history", []))
+        self.console.print(f"resumed from {path} at step {self.step}")
+
+    def _samples(self, groups: list[list[RolloutResult]]) -> list[tuple[str, str, float]]:
+        rows = []
+        for rs in groups[: self.cfg.num_sample_completions]:
+            r = rs[0]
+            prompt = r.prompt if isinstance(r.prompt, str) else str((r.prompt[-1] or {}).get("content", ""))
+            comp = r.completion if isinstance(r.completion, str) else "".join(
+                str(m.get("content") or "") for m in r.completion
+            )
+            rows.append((prompt, comp, r.reward))
+        return rows
+
+    def _evaluate(self) -> dict[str, float]:
+        out = self.generator.evaluate(self.cfg.eval_num_examples, self.env.merge_sampling_args(self.sampling_args))
+        rewards = list(out.reward)
+        metrics = {"eval/reward": sum(rewards) / max(len(rewards), 1)}
+        for k, vs in (out.metrics or {}).items():
+            if vs:
+                metrics[f"eval/rewards/{k}"] = sum(vs) / len(vs)
+        return metrics
+
+    def train(self, resume: str | bool = False) -> TrainSummary:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        cfg = self.cfg
+        self.setup()
+        if resume:
+            self._resume(resume)
+        logger = MetricsLogger(self.out, cfg.report_to, run_name=self.out.name, config=cfg.model_dump(mode="json"),
+                               resume_step=self.step if resume else None)
+        t0 = time.perf_counter()
+        interrupted = False
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_term(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        with contextlib.suppress(ValueError):  # only the main thread may install handlers
+            signal.signal(signal.SIGTERM, on_term)
+        progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.fields[info]}"), console=self.console, disable=not cfg.progress)
+        last_groups: list[list[RolloutResult]] = []
+        try:
+            with progress:
+                task = progress.add_task("train", total=cfg.max_steps, completed=self.step, info="")
+                while self.step < cfg.max_steps:
+                    t_step = time.perf_counter()
+                    groups, versions, info = self._take_batch()
+                    batch, metrics = self._build(groups)
+                    t_train = time.perf_counter()
+                    metrics.update(self._train_on(batch))
+                    self.version = self.sync.after_step()
+                    self.store.set_policy_version(self.version)
+                    self.step += 1
+                    metrics["staleness"] = float(max(0, self.version - 1 - min(versions)))
+                    metrics["policy_version"] = float(self.version)
+                    metrics["time/generation_s"] = info["gen_s"]
+                    metrics["time/train_s"] = time.perf_counter() - t_train
+                    metrics["time/step_s"] = time.perf_counter() - t_step
+                    metrics["refills"] = info["refills"]
+                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                        metrics.update(self._evaluate())
+                    self.reward_history.append(metrics["reward"])
+                    last_groups = groups
+                    if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                        logger.log(self.step, metrics)
+                    progress.update(task, completed=self.step,
+                                    info=f"reward {metrics['reward']:.3f} loss {metrics.get('loss', 0.0):+.4f}")
+                    if cfg.save_every and self.step % cfg.save_every == 0:
+                        self._checkpoint()
+        except KeyboardInterrupt:
+            interrupted = True
+            self.generator.cancel_pending()
+            path = self._checkpoint()
+            self.console.print(f"[yellow]interrupted at step {self.step}; checkpoint saved to {path}; "
+                               f"continue with --resume[/yellow]")
+        finally:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGTERM, previous)
+            logger.close()
+            self.generator.close()
+        if not interrupted:
+            self._checkpoint()
+            self.sync.save_final(self.model, self.tokenizer, self.out / "final_model")
+            if last_groups and cfg.num_sample_completions:
+                self.console.print(samples_table(self._samples(last_groups), f"samples at step {self.step}"))
+            if cfg.plot:
+                png = plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
+                if png is not None:
+                    self.console.print(f"curves: {png}")
+        self.sync.close()
+        wall = time.perf_counter() - t0
+        hist = [r["reward"] for r in read_metrics(self.out / "metrics.jsonl") if "reward" in r] or self.reward_history
+        k = max(1, math.ceil(len(hist) * 0.1))
+        return TrainSummary(
+            steps=self.step, wall_s=wall,
+            reward_first=sum(hist[:k]) / k if hist else float("nan"),
+            reward_last=sum(hist[-k:]) / k if hist else float("nan"),
+            output_dir=str(self.out), interrupted=interrupted,
+        )

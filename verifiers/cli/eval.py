@@ -1,0 +1,241 @@
+"""``vf-eval``: evaluate an environment against a model and report (and save) the results.
+
+Thin on purpose: parse the command line into an `EvalConfig`, call `run_eval`, print
+the summary. Everything else lives in `verifiers.eval` so scripts get the same behaviour.
+Run ``vf-eval --help`` for the flags; docs/evaluation.md explains them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from verifiers.errors import ConfigError, VFError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="vf-eval",
+        description="Evaluate an environment against an OpenAI-compatible model; save and resume runs.",
+        epilog="Examples: vf-eval reverse-text -m gpt-4.1-mini -n 10 -r 3 -s | vf-eval reverse-text -R | "
+        "vf-eval --view",
+    )
+    p.add_argument("env", nargs="?", help="environment id (an installed package, '-' becomes '_')")
+    p.add_argument(
+        "-a", "--env-args", default="{}", help="JSON object passed to load_environment (default: {})"
+    )
+    p.add_argument(
+        "-m", "--model", default=None, help="model name or endpoints alias (default: gpt-4.1-mini)"
+    )
+    p.add_argument(
+        "-b", "--base-url", default=None, help="API base URL (default: the alias's, else OpenAI's)"
+    )
+    p.add_argument(
+        "-k",
+        "--api-key-var",
+        default=None,
+        help="NAME of the environment variable holding the API key (default: OPENAI_API_KEY)",
+    )
+    p.add_argument(
+        "-e",
+        "--endpoints",
+        default=None,
+        help="endpoints registry TOML (default: ./configs/endpoints.toml, "
+        "then ~/.config/verifiers/endpoints.toml)",
+    )
+    p.add_argument(
+        "-n", "--num-examples", type=int, default=5, help="examples to evaluate, -1 for all (default: 5)"
+    )
+    p.add_argument(
+        "-r", "--rollouts-per-example", type=int, default=3, help="rollouts per example (default: 3)"
+    )
+    p.add_argument(
+        "-c",
+        "--max-concurrent",
+        type=int,
+        default=32,
+        help="rollouts in flight, <= 0: no limit (default: 32)",
+    )
+    p.add_argument("-t", "--max-tokens", type=int, default=None, help="max_tokens per model call")
+    p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
+    p.add_argument(
+        "-S", "--sampling-args", default=None, help="JSON object of sampling args, merged over -t/-T"
+    )
+    p.add_argument("-s", "--save", action="store_true", help="save results under the output directory")
+    p.add_argument(
+        "-o", "--output-dir", default=None, help="root of saved runs (default: ./outputs; implies -s)"
+    )
+    p.add_argument(
+        "-R",
+        "--resume",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="RUN_DIR",
+        help="resume the latest incomplete run with the same settings (or RUN_DIR); implies -s",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="extra HTTP header (repeatable)",
+    )
+    p.add_argument("--timeout", type=float, default=None, help="per-rollout timeout in seconds")
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        default=3,
+        help="retries per model request on 429/5xx/timeouts (default: 3)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    p.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
+    p.add_argument(
+        "--view", nargs="?", const="", default=None, metavar="RUN_DIR", help="browse saved runs, or one run"
+    )
+    p.add_argument(
+        "--report", action="store_true", help="write a self-contained HTML report into the run dir"
+    )
+    p.add_argument(
+        "--save-dataset", default=None, metavar="DIR", help="export the run as a HF dataset to DIR"
+    )
+    return p
+
+
+def _json_object(text: str | None, flag: str) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{flag} must be a JSON object, e.g. '{{\"key\": 1}}'; could not parse {text!r}: {exc}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a JSON object (a dict), got {type(value).__name__}: {text!r}")
+    return value
+
+
+def parse_headers(values: list[str]) -> dict[str, str]:
+    """``['Name: value', ...]`` as a dict; a malformed entry is a ConfigError."""
+    headers: dict[str, str] = {}
+    for raw in values:
+        name, sep, value = raw.partition(":")
+        if not sep or not name.strip():
+            raise ConfigError(f"--header must look like 'Name: value', got {raw!r}")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from verifiers.eval.runner import DEFAULT_MODEL, DEFAULT_OUTPUT_DIR, EvalConfig
+
+    if not args.env:
+        raise ConfigError("missing the environment id: vf-eval ENV [options] (or vf-eval --view)")
+    sampling: dict[str, Any] = {}
+    if args.max_tokens is not None:
+        sampling["max_tokens"] = args.max_tokens
+    if args.temperature is not None:
+        sampling["temperature"] = args.temperature
+    sampling.update(_json_object(args.sampling_args, "-S/--sampling-args"))
+    resume: bool | Path = False
+    if args.resume is True:
+        resume = True
+    elif args.resume is not None:
+        resume = Path(args.resume)
+    return EvalConfig(
+        env_id=args.env,
+        env_args=_json_object(args.env_args, "-a/--env-args"),
+        model=args.model or DEFAULT_MODEL,
+        base_url=args.base_url,
+        api_key_var=args.api_key_var,
+        endpoints_path=Path(args.endpoints) if args.endpoints else None,
+        num_examples=args.num_examples,
+        rollouts_per_example=args.rollouts_per_example,
+        max_concurrent=args.max_concurrent,
+        sampling_args=sampling,
+        rollout_timeout_s=args.timeout,
+        max_retries=args.max_retries,
+        headers=parse_headers(args.header),
+        save=bool(args.save or args.output_dir or args.resume or args.report or args.save_dataset),
+        output_dir=Path(args.output_dir) if args.output_dir else DEFAULT_OUTPUT_DIR,
+        resume=resume,
+        show_progress=not args.no_progress,
+        verbose=args.verbose,
+    )
+
+
+def _print_summary(result: Any, rollouts_per_example: int, out: Console) -> None:
+    try:
+        from verifiers.eval.summary import render_summary, summarize
+    except ImportError:  # the summary module is optional at import time
+        rewards = [r.reward for r in result.results]
+        mean = sum(rewards) / len(rewards) if rewards else 0.0
+        out.print(f"{len(rewards)} rollouts, reward mean {mean:.4f}")
+        return
+    render_summary(summarize(result.results, rollouts_per_example, wall_s=result.duration_s or None), out)
+
+
+def _view(args: argparse.Namespace, out: Console) -> int:
+    from verifiers.eval.viewer import view
+
+    path: Path | None = Path(args.view) if args.view else None
+    if path is None and args.output_dir:
+        path = Path(args.output_dir) / "evals"
+    view(path, out)
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    if args.view is not None:
+        return _view(args, out)
+    from verifiers.eval.runner import run_eval
+
+    config = config_from_args(args)
+    result = run_eval(config, console=err)
+    _print_summary(result, config.rollouts_per_example, out)
+    if result.run_dir is not None:
+        out.print(f"Saved: {result.run_dir}", soft_wrap=True)
+        if args.report:
+            from verifiers.eval.report import write_report
+
+            out.print(f"Report: {write_report(result.run_dir)}", soft_wrap=True)
+        if args.save_dataset:
+            from verifiers.eval.export import save_dataset
+
+            out.print(f"Dataset: {save_dataset(result.run_dir, Path(args.save_dataset))}", soft_wrap=True)
+    return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``vf-eval``; returns the exit status (0 ok, 1 failed, 2 bad config, 130 interrupted)."""
+    args = build_parser().parse_args(argv)
+    out = Console(soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        return _run(args, out, err)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if args.verbose:
+            traceback.print_exc()
+        code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILED
+        label = "error" if isinstance(exc, VFError) else f"error ({type(exc).__name__})"
+        print(f"vf-eval: {label}: {exc}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

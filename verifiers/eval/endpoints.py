@@ -1,0 +1,231 @@
+"""The endpoints registry: short aliases for (model, base URL, key variable) triples.
+
+Typing ``-m qwen3-8b`` instead of a model name, a URL and a key variable is what makes
+evaluating against several servers bearable. An alias may list several endpoints
+serving the same model; requests are then spread over them round-robin, which is the
+cheapest way to use a few vLLM replicas without a load balancer.
+
+The file is TOML. One endpoint per alias::
+
+    [gpt-small]
+    model = "gpt-4.1-mini"
+    base_url = "https://api.openai.com/v1"
+    api_key_var = "OPENAI_API_KEY"
+
+several endpoints for one alias (an array of tables)::
+
+    [[qwen3-8b]]
+    model = "Qwen/Qwen3-8B"
+    base_url = "http://10.0.0.1:8000/v1"
+
+    [[qwen3-8b]]
+    model = "Qwen/Qwen3-8B"
+    base_url = "http://10.0.0.2:8000/v1"
+
+Only the *name* of the variable holding the key is ever stored; the key itself is read
+from the environment when the client is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+
+from verifiers.clients.openai_client import ChatClient, as_chat_client, make_client
+from verifiers.clients.response import ModelResponse
+from verifiers.errors import ConfigError
+from verifiers.types import SamplingArgs
+
+DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
+PLACEHOLDER_API_KEY = "EMPTY"
+"""Sent when the key variable is unset: local servers (vLLM, vf-serve) accept any key."""
+
+DEFAULT_ENDPOINTS_PATHS = (Path("configs/endpoints.toml"), Path("~/.config/verifiers/endpoints.toml"))
+"""Searched in this order when ``-e`` is not given (the first is relative to the working directory)."""
+
+
+class Endpoint(BaseModel):
+    """One OpenAI-compatible server and the model name to ask it for.
+
+    ``url`` and ``key`` are accepted as spellings of ``base_url`` and ``api_key_var``
+    (the keys of the upstream Python registry), so old registries convert line by line.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    model: str = Field(min_length=1)
+    base_url: str = Field(min_length=1, validation_alias=AliasChoices("base_url", "url"))
+    api_key_var: str = Field(
+        DEFAULT_API_KEY_VAR, min_length=1, validation_alias=AliasChoices("api_key_var", "key")
+    )
+
+
+def find_endpoints_file(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """The registry to use: ``path`` if given (it must exist), else the first default that exists."""
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(
+                f"endpoints file {str(p)!r} does not exist; fix the path given to -e/--endpoints"
+            )
+        return p
+    for candidate in DEFAULT_ENDPOINTS_PATHS:
+        p = candidate.expanduser()
+        if p.is_file():
+            return p
+    return None
+
+
+def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
+    """Parse a registry file into ``alias -> [Endpoint, ...]`` (every alias has at least one)."""
+    p = Path(path).expanduser()
+    try:
+        with open(p, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"endpoints file {str(p)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"endpoints file {str(p)!r} is not valid TOML: {exc}") from None
+    registry: dict[str, list[Endpoint]] = {}
+    for alias, value in raw.items():
+        entries: list[Any] = value if isinstance(value, list) else [value]
+        if not entries or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(
+                f"endpoints file {str(p)!r}: alias {alias!r} must be a table ([{alias}]) "
+                f"or an array of tables ([[{alias}]]) with model and base_url"
+            )
+        try:
+            registry[alias] = [Endpoint.model_validate(e) for e in entries]
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in exc.errors()
+            )
+            raise ConfigError(f"endpoints file {str(p)!r}: alias {alias!r}: {problems}") from None
+    return registry
+
+
+def resolve_endpoints(
+    model: str,
+    *,
+    base_url: str | None = None,
+    api_key_var: str | None = None,
+    endpoints_path: str | os.PathLike[str] | None = None,
+    default_base_url: str = "https://api.openai.com/v1",
+) -> tuple[list[Endpoint], str | None]:
+    """What ``-m MODEL [-b URL] [-k VAR] [-e FILE]`` means: the endpoints to use and the alias (if any).
+
+    A name found in the registry is an alias and fills model, base URL and key variable;
+    ``base_url``/``api_key_var`` given explicitly still override those fields. A name not
+    in the registry is just a model name served at ``base_url`` (or the default).
+    """
+    registry_file = find_endpoints_file(endpoints_path)
+    registry = load_endpoints(registry_file) if registry_file is not None else {}
+    if model in registry:
+        resolved: list[Endpoint] = []
+        for e in registry[model]:
+            ep = Endpoint(
+                model=e.model,
+                base_url=base_url or e.base_url,
+                api_key_var=api_key_var or e.api_key_var,
+            )
+            if ep not in resolved:  # an override of base_url can make entries identical
+                resolved.append(ep)
+        return resolved, model
+    ep = Endpoint(
+        model=model, base_url=base_url or default_base_url, api_key_var=api_key_var or DEFAULT_API_KEY_VAR
+    )
+    return [ep], None
+
+
+def api_key_for(endpoint: Endpoint) -> tuple[str, bool]:
+    """The key to send and whether it came from the environment (False: placeholder ``EMPTY``)."""
+    key = os.environ.get(endpoint.api_key_var)
+    if key:
+        return key, True
+    return PLACEHOLDER_API_KEY, False
+
+
+class RoundRobinClient:
+    """A `ChatClient` spreading requests over several endpoints, one after another.
+
+    Each request goes to the next endpoint and asks it for *that endpoint's* model name
+    (replicas may register the same weights under different names). Retries happen
+    inside each endpoint's client, so a failing replica is retried where it failed.
+    """
+
+    def __init__(self, clients: Sequence[ChatClient], models: Sequence[str]) -> None:
+        if not clients or len(clients) != len(models):
+            raise ConfigError("RoundRobinClient needs one model name per client, and at least one client")
+        self.clients = list(clients)
+        self.models = list(models)
+        self._next = itertools.cycle(range(len(self.clients)))
+
+    def _pick(self) -> tuple[ChatClient, str]:
+        i = next(self._next)
+        return self.clients[i], self.models[i]
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        client, endpoint_model = self._pick()
+        return await client.chat(
+            endpoint_model, messages, tools=tools, sampling_args=sampling_args, timeout=timeout
+        )
+
+    async def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        client, endpoint_model = self._pick()
+        return await client.complete(endpoint_model, prompt, sampling_args=sampling_args, timeout=timeout)
+
+    async def release_loop_session(self) -> None:
+        """Close every endpoint's connection pool of this event loop (called by the engine at the end)."""
+        for c in self.clients:
+            release = getattr(c, "release_loop_session", None)
+            if release is not None:
+                await release()
+
+    async def close(self) -> None:
+        for c in self.clients:
+            close = getattr(c, "close", None)
+            if close is not None:
+                await close()
+
+
+def build_client(
+    endpoints: Sequence[Endpoint],
+    *,
+    timeout: float = 600.0,
+    max_retries: int = 3,
+    headers: dict[str, str] | None = None,
+) -> ChatClient:
+    """One `ChatClient` for the endpoints: the endpoint's own client, or a `RoundRobinClient` over several."""
+    if not endpoints:
+        raise ConfigError(
+            "no endpoint to evaluate against: give -m MODEL (and -b BASE_URL) or an endpoints alias"
+        )
+    clients: list[ChatClient] = []
+    for ep in endpoints:
+        key, _ = api_key_for(ep)
+        raw = make_client(ep.base_url, api_key=key, timeout=timeout, max_retries=max_retries, headers=headers)
+        clients.append(as_chat_client(raw))
+    if len(clients) == 1:
+        return clients[0]
+    return RoundRobinClient(clients, [ep.model for ep in endpoints])
