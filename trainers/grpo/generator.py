@@ -198,6 +198,11 @@ class BatchGenerator:
         self.cancel_pending()
 
         async def shutdown() -> None:
+            # Let cancelled batches finish unwinding (cleanup hooks) before the loop stops.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in others:
+                t.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
             close = getattr(self._client, "close", None)
             if close is not None:
                 await close()

@@ -124,17 +124,22 @@ class GRPOTrainer:
             ))
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
         )
+        from accelerate import Accelerator
         from transformers import get_scheduler
 
         self.scheduler = get_scheduler(
             cfg.lr_scheduler, self.optimizer, num_warmup_steps=cfg.warmup_steps,
             num_training_steps=cfg.max_steps * cfg.num_iterations,
         )
+        # Device placement and (under `accelerate launch`) DDP wrapping. Gradient accumulation is
+        # ours: each micro-batch loss is already its share of the step loss, so no rescaling.
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, self.optimizer, self.scheduler)
+        model = self.accelerator.unwrap_model(self.model)
         self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out)
         env = vf.load_environment(cfg.env_id, **cfg.env_args)
         self.env = env
@@ -302,7 +307,7 @@ class GRPOTrainer:
         if self.ref_model is not None:
             yield self.ref_model
         else:  # LoRA: the base model is the policy with its adapters switched off
-            with self.model.disable_adapter():
+            with self.accelerator.unwrap_model(self.model).disable_adapter():
                 yield self.model
 
     def _train_on(self, batch: TrainBatch) -> dict[str, float]:
@@ -348,11 +353,11 @@ class GRPOTrainer:
                         entropy=entropy,
                         normalizer=normalizer,
                     )
-                    loss.backward()
+                    self.accelerator.backward(loss)
                     for k, v in m.items():
                         sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
                 if cfg.max_grad_norm is not None:
-                    gn = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                    gn = self.accelerator.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 else:
                     gn = torch.linalg.vector_norm(
                         torch.stack([p.grad.norm() for p in self.params if p.grad is not None])
@@ -374,7 +379,7 @@ class GRPOTrainer:
         payload = {
             "step": self.step,
             "version": self.version,
-            "model": {k: v for k, v in self.model.state_dict().items()},
+            "model": self.accelerator.unwrap_model(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.state_dict(),
@@ -392,7 +397,7 @@ class GRPOTrainer:
             self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
             return
         state = load_checkpoint(path)
-        self.model.load_state_dict(state["model"])
+        self.accelerator.unwrap_model(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.load_state_dict(state["generator"])
@@ -487,7 +492,7 @@ class GRPOTrainer:
             self.generator.close()
         if not interrupted:
             self._checkpoint()
-            self.sync.save_final(self.model, self.tokenizer, self.out / "final_model")
+            self.sync.save_final(self.accelerator.unwrap_model(self.model), self.tokenizer, self.out / "final_model")
             if last_groups and cfg.num_sample_completions:
                 self.console.print(samples_table(self._samples(last_groups), f"samples at step {self.step}"))
             if cfg.plot:
