@@ -28,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from verifiers.inference.loading import check_model_dir
+
+    try:  # before importing torch, so a typo in the path fails at once
+        check_model_dir(args.model_dir, args.dtype)
+    except ConfigError as exc:
+        print(f"vf-serve: {exc}", file=sys.stderr)
+        return 2
     try:
         from verifiers.inference.engine import InferenceEngine
     except ImportError as exc:  # torch/transformers live behind the `train` extra

@@ -159,7 +159,8 @@ class InferenceEngine:
         self.device = next(model.parameters()).device
         self.eos_ids = self._eos_ids()
         self.weight_version = 0
-        self._generator = torch.Generator(device="cpu").manual_seed(seed)
+        # Generators live on the model's device: torch.multinomial refuses a CPU generator for CUDA tensors.
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
         self._cv = threading.Condition()
         self._waiting: list[_Request] = []
         self._active: list[_Seq] = []
@@ -411,7 +412,7 @@ class InferenceEngine:
                 req.remaining = req.n
                 gen = None
                 if req.params.seed is not None:
-                    gen = torch.Generator(device="cpu").manual_seed(req.params.seed)
+                    gen = torch.Generator(device=self.device).manual_seed(req.params.seed)
                 for j in range(req.n):
                     p = req.params
                     row = RowSampling(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, gen)
@@ -586,24 +587,32 @@ class _Batch:
 
     @classmethod
     def prefill(cls, model: Any, reqs: list[_Request], device: Any) -> tuple[_Batch, Any]:
-        """Run the prompts of ``reqs`` (left-padded, one row per request) and expand rows to ``n`` each."""
+        """Run the distinct prompts of ``reqs`` once (left-padded) and expand rows to ``n`` each.
+
+        Identical prompts (the G samples of a GRPO group sent as G requests) share one prefill
+        row; their cache rows are copies of it.
+        """
         import torch
 
-        longest = max(len(r.prompt_ids) for r in reqs)
-        pad_id = 0
-        ids = torch.full((len(reqs), longest), pad_id, dtype=torch.long)
-        attn = torch.zeros((len(reqs), longest), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            ids[i, longest - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            attn[i, longest - len(r.prompt_ids) :] = 1
+        unique: dict[tuple[int, ...], int] = {}
+        for r in reqs:
+            unique.setdefault(tuple(r.prompt_ids), len(unique))
+        prompts = list(unique)
+        longest = max(len(p) for p in prompts)
+        ids = torch.zeros((len(prompts), longest), dtype=torch.long)
+        attn = torch.zeros((len(prompts), longest), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attn[i, longest - len(p) :] = 1
         ids, attn = ids.to(device), attn.to(device)
         pos = (attn.cumsum(1) - 1).clamp(min=0)
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
         logits = out.logits[:, -1, :]
         cache = out.past_key_values
         lengths = attn.sum(1)
-        if any(r.n > 1 for r in reqs):
-            expand = torch.tensor([i for i, r in enumerate(reqs) for _ in range(r.n)], device=device)
+        rows = [unique[tuple(r.prompt_ids)] for r in reqs for _ in range(r.n)]
+        if rows != list(range(len(prompts))):
+            expand = torch.tensor(rows, device=device)
             kv.select_rows(cache, expand)
             logits = logits.index_select(0, expand)
             attn = attn.index_select(0, expand)

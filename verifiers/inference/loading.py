@@ -29,12 +29,8 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def load_model_and_tokenizer(
-    path: str | Path, *, dtype: str = "auto", device: str = "cpu", with_tokenizer: bool = True
-) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
+def check_model_dir(path: str | Path, dtype: str = "auto") -> Path:
+    """Raise `ConfigError` unless ``path`` holds a saved model; cheap, so CLIs can fail before importing torch."""
     p = Path(path)
     if not (p / "config.json").is_file():
         raise ConfigError(
@@ -43,6 +39,16 @@ def load_model_and_tokenizer(
         )
     if dtype not in _DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
+    return p
+
+
+def load_model_and_tokenizer(
+    path: str | Path, *, dtype: str = "auto", device: str = "cpu", with_tokenizer: bool = True
+) -> tuple[Any, Any]:
+    p = check_model_dir(path, dtype)
+    import torch
+    from transformers import AutoModelForCausalLM
+
     kwargs: dict[str, Any] = {}
     if _DTYPES[dtype] is not None:
         kwargs["dtype"] = getattr(torch, _DTYPES[dtype])

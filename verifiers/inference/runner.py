@@ -108,3 +108,51 @@ def inprocess_client(
     return openai.AsyncOpenAI(
         base_url="http://embedded/v1", api_key="EMPTY", http_client=http, max_retries=max_retries, timeout=timeout
     )
+
+
+class EngineChatClient:
+    """A rollout `ChatClient` that hands request bodies straight to the server's handlers.
+
+    Same request bodies, validation, responses and errors as the HTTP API, minus HTTP and
+    the ``openai`` SDK's request pipeline: for a trainer running environments and the engine
+    in one process, where those cost more than generating a short completion.
+    """
+
+    def __init__(self, engine: InferenceEngine, served_model_names: Sequence[str] = ("model",)) -> None:
+        from verifiers.clients.base import RequestAdapter
+        from verifiers.inference.server import EmbeddedAPI
+
+        engine.start()
+        self.api = EmbeddedAPI(engine, served_model_names)
+        self._adapter = RequestAdapter()
+        self._adapter._post = self._post  # type: ignore[method-assign]
+
+    async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        import asyncio
+
+        from verifiers.clients.base import error_for_status
+        from verifiers.errors import ConfigError, ModelTimeoutError, OverlongPromptError
+        from verifiers.inference.protocol import OpenAIError
+
+        handler = self.api.chat if path == "/chat/completions" else self.api.completions
+        body = {**body, "stream": False}
+        try:
+            async with asyncio.timeout(timeout):
+                result = await handler(body)
+        except OpenAIError as exc:
+            raise error_for_status(exc.status, exc.message) from None
+        except OverlongPromptError:
+            raise
+        except ConfigError as exc:
+            raise error_for_status(400, str(exc)) from None
+        except TimeoutError:
+            raise ModelTimeoutError(f"no response within {timeout:g}s") from None
+        if not isinstance(result, dict):  # pragma: no cover - stream is forced off above
+            raise TypeError("expected a complete response")
+        return result
+
+    async def chat(self, model: str, messages: list[dict[str, Any]], **kw: Any) -> Any:
+        return await self._adapter.chat(model, messages, **kw)
+
+    async def complete(self, model: str, prompt: str, **kw: Any) -> Any:
+        return await self._adapter.complete(model, prompt, **kw)

@@ -10,6 +10,7 @@ set, plus a ``weight_version`` field naming the policy version that produced the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -402,6 +403,43 @@ class EmbeddedAPI:
         return {"weight_version": version}
 
 
+class _ClientGone(Exception):
+    """The client disconnected before its (non-streaming) response was ready."""
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone away (the request body has already been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Any:
+    """Await ``work``, cancelling it if the client disconnects first.
+
+    A client that times out must not leave the engine generating up to ``max_tokens``
+    for nobody (vLLM aborts such requests too); cancelling the handler makes the engine
+    drop the request between decoding steps. Streaming handlers return at once, and
+    the streaming response watches for disconnects itself.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and watcher.exception() is not None:
+            return await task  # the connection cannot be watched: just finish the work
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise _ClientGone
+
+
 def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, api_key: str | None = None) -> FastAPI:
     """The FastAPI application. The engine is started on first use if it is not running."""
     api = EmbeddedAPI(engine, served_model_names)
@@ -430,7 +468,9 @@ def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, ap
 
     async def run(handler: Any, request: Request) -> Any:
         try:
-            result = await handler(await body_of(request))
+            result = await _unless_disconnected(request, handler(await body_of(request)))
+        except _ClientGone:
+            return JSONResponse(OpenAIError(499, "client closed the request").body(), status_code=499)
         except OpenAIError as exc:
             return error_response(exc)
         except OverlongPromptError as exc:

@@ -58,7 +58,7 @@ CHAT_TEMPLATE = (
     "{% for tc in (m.tool_calls or []) %}"
     "{% set f = tc.function if tc.function is defined else tc %}"
     "<tool_call>{\"name\": {{ f.name | tojson }}, \"arguments\": "
-    "{% if f.arguments is string %}{{ ' ' }}{{ f.arguments }}{% else %}{{ ' ' }}{{ f.arguments | tojson }}{% endif %}"
+    "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}"
     "}</tool_call>"
     "{% endfor %}"
     "<|im_end|>\n"

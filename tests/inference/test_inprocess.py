@@ -1,0 +1,87 @@
+"""In-process use: the openai client over an in-memory ASGI transport, no socket, same answers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+
+import verifiers as vf
+from verifiers.inference.runner import inprocess_client
+
+MODEL = "tiny"
+
+
+@pytest.fixture
+async def inproc(engine) -> AsyncIterator[openai.AsyncOpenAI]:
+    c = inprocess_client(engine, [MODEL])
+    yield c
+    await c.close()
+
+
+async def greedy(client: Any, text: str, max_tokens: int = 12) -> Any:
+    return await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": text}], temperature=0, max_tokens=max_tokens,
+        logprobs=True, extra_body={"return_token_ids": True},
+    )
+
+
+async def test_same_greedy_output_as_the_http_server(inproc, aclient) -> None:
+    for text in ("hello", "in process"):
+        a, b = await greedy(inproc, text), await greedy(aclient, text)
+        assert list(a.choices[0].token_ids) == list(b.choices[0].token_ids)
+        assert list(a.prompt_token_ids) == list(b.prompt_token_ids)
+        assert a.choices[0].message.content == b.choices[0].message.content
+        assert [e.logprob for e in a.choices[0].logprobs.content] == [e.logprob for e in b.choices[0].logprobs.content]
+
+
+async def test_no_socket_is_opened(inproc, aclient, monkeypatch, ref) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionRefusedError("no network in this test: the in-process client must not connect")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    with pytest.raises(openai.APIConnectionError):  # the guard does catch a real HTTP client
+        await greedy(aclient, "offline")
+    r = await greedy(inproc, "offline")
+    assert list(r.choices[0].token_ids) == ref.greedy_chat("offline", 12)
+    c = await inproc.completions.create(model=MODEL, prompt="offline", temperature=0, max_tokens=5)
+    assert c.choices[0].text == ref.decode(ref.greedy(ref.encode("offline"), 5))
+
+
+async def test_concurrent_in_process_requests_are_batched_and_exact(inproc, engine, ref) -> None:
+    texts = [f"batch {i}" for i in range(8)]
+    outs = await asyncio.gather(*[greedy(inproc, t, 8) for t in texts])
+    assert [list(o.choices[0].token_ids) for o in outs] == [ref.greedy_chat(t, 8) for t in texts]
+    assert engine.stats["max_batch"] > 1
+
+
+async def test_streaming_in_process(inproc) -> None:
+    kw = {"model": MODEL, "messages": [{"role": "user", "content": "s"}], "seed": 4, "max_tokens": 10}
+    whole = await inproc.chat.completions.create(**kw)
+    stream = await inproc.chat.completions.create(stream=True, **kw)
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == whole.choices[0].message.content
+
+
+async def test_an_environment_runs_on_the_in_process_client(inproc, tokenizer) -> None:
+    rows = [{"question": "abc", "answer": "cba"}, {"question": "hi", "answer": "ih"}]
+
+    def length(completion: Any) -> float:
+        return float(len(completion[-1]["content"] or ""))
+
+    env = vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=[length]))
+    out = await env.a_evaluate(
+        inproc, MODEL, rollouts_per_example=2,
+        sampling_args={"max_tokens": 6, "logprobs": True, "extra_body": {"return_token_ids": True}},
+    )
+    assert out.error == [None] * 4
+    for res in out.results:
+        (turn,) = res.tokens
+        assert tokenizer.decode(turn.completion_ids, skip_special_tokens=True) == res.completion[-1]["content"]
+        assert len(turn.completion_logprobs) == len(turn.completion_ids) <= 6
