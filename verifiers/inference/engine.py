@@ -410,12 +410,9 @@ class InferenceEngine:
             for req in new:
                 req.version = self.weight_version
                 req.remaining = req.n
-                gen = None
-                if req.params.seed is not None:
-                    gen = torch.Generator(device=self.device).manual_seed(req.params.seed)
                 for j in range(req.n):
                     p = req.params
-                    row = RowSampling(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, gen)
+                    row = RowSampling(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.seed, j)
                     if p.repetition_penalty != 1.0:
                         row.seen = set(req.prompt_ids)
                     seq = _Seq(req, j, row, list(req.forced))
@@ -478,7 +475,7 @@ class InferenceEngine:
                 ids = stop_ids + list(seqs[i].req.params.stop_token_ids)
                 logits[i, ids] = float("-inf")
         processed = process_logits(logits, rows)
-        tokens = sample(processed, rows, self._generator)
+        tokens = sample(processed, rows, self._generator, [len(s.out) for s in seqs])
         forced_rows = [i for i, s in enumerate(seqs) if len(s.forced) > len(s.out)]
         for i in forced_rows:
             tokens[i] = seqs[i].forced[len(seqs[i].out)]

@@ -2,15 +2,16 @@
 
 Each row of a decoding batch may belong to a different request with its own
 temperature, top-k/top-p/min-p, repetition penalty and seed, so the processing is
-vectorised over rows where it can be and falls back to per-row work only for seeded
-rows (each seeded request owns a ``torch.Generator`` so its samples do not depend on
-what else shares the batch).
+vectorised over rows. Seeded rows draw with the Gumbel-max trick from noise that is a
+pure function of (seed, choice index, token position, vocabulary id), computed for all
+seeded rows at once with an integer hash: a seeded sample does not depend on what else
+shares the batch, and a trainer that seeds every sample pays no per-row sampling cost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,7 +49,8 @@ class RowSampling:
     top_k: int
     min_p: float
     repetition_penalty: float
-    generator: Any = None  # torch.Generator for seeded requests
+    seed: int | None = None
+    stream: int = 0  # choice index within its request, so n seeded choices differ
     seen: set[int] = field(default_factory=set)  # token ids for the repetition penalty
 
 
@@ -101,18 +103,66 @@ def process_logits(logits: torch.Tensor, rows: list[RowSampling]) -> torch.Tenso
     return logits
 
 
-def sample(processed: torch.Tensor, rows: list[RowSampling], generator: torch.Generator | None) -> torch.Tensor:
-    """One token id per row: argmax for temperature 0, else a draw from softmax(processed)."""
+_MASK64 = (1 << 64) - 1
+
+
+def _to_signed(x: int) -> int:
+    x &= _MASK64
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+_GOLDEN = _to_signed(0x9E3779B97F4A7C15)
+_MIX1 = _to_signed(0xBF58476D1CE4E5B9)
+_MIX2 = _to_signed(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def hashed_uniform(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """``[B, vocab]`` uniforms in (0, 1): splitmix64 of ``key * 2^20 + token id`` per row.
+
+    Integer overflow wraps in two's complement, which is what the hash wants.
+    """
     import torch
 
-    greedy = torch.argmax(processed, dim=1)
-    probs = torch.softmax(processed, dim=1)
-    out = greedy.clone()
-    free = [i for i, r in enumerate(rows) if r.temperature > 0 and r.generator is None]
+    ids = torch.arange(vocab, dtype=torch.int64, device=keys.device)
+    x = keys.unsqueeze(1) * (1 << 20) + ids.unsqueeze(0) + _GOLDEN
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    x = x ^ _shr(x, 31)
+    return (_shr(x, 11).to(torch.float64) + 0.5) / float(1 << 53)
+
+
+def sample(
+    processed: torch.Tensor,
+    rows: list[RowSampling],
+    generator: torch.Generator | None,
+    positions: list[int] | None = None,
+) -> torch.Tensor:
+    """One token id per row: argmax for temperature 0, else a draw from softmax(processed).
+
+    ``positions`` (tokens generated so far per row) key the seeded rows' noise.
+    """
+    import torch
+
+    out = torch.argmax(processed, dim=1)
+    free = [i for i, r in enumerate(rows) if r.temperature > 0 and r.seed is None]
     if free:
         idx = torch.tensor(free, device=processed.device)
-        out[idx] = torch.multinomial(probs[idx], 1, generator=generator).squeeze(1)
-    for i, r in enumerate(rows):
-        if r.temperature > 0 and r.generator is not None:
-            out[i] = torch.multinomial(probs[i], 1, generator=r.generator).squeeze(0)
+        probs = torch.softmax(processed.index_select(0, idx), dim=1)
+        out[idx] = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    seeded = [i for i, r in enumerate(rows) if r.temperature > 0 and r.seed is not None]
+    if seeded:
+        pos = positions or [0] * len(rows)
+        keys = torch.tensor(
+            [_to_signed((rows[i].seed or 0) * 1_000_003 + rows[i].stream * 65_537 + pos[i]) for i in seeded],
+            dtype=torch.int64, device=processed.device,
+        )
+        u = hashed_uniform(keys, processed.shape[1])
+        gumbel = -torch.log(-torch.log(u))
+        idx = torch.tensor(seeded, device=processed.device)
+        out[idx] = torch.argmax(processed.index_select(0, idx).double() + gumbel, dim=1)
     return out

@@ -52,7 +52,11 @@ def render_chat(
 
 
 class _TokenText:
-    """Cached id → text for logprob entries (decoding one id at a time is the hot path)."""
+    """Cached id → text for logprob entries (decoding one id at a time is the hot path).
+
+    Special tokens keep their text (e.g. ``<|im_end|>``) so an entry always names its token;
+    the choice's ``text`` leaves them out.
+    """
 
     def __init__(self, tokenizer: Any) -> None:
         self.tok = tokenizer

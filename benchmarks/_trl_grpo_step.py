@@ -1,0 +1,167 @@
+"""The TRL half of ``benchmarks/trainer_step.py``: seconds per GRPO optimizer step with TRL.
+
+Runs INSIDE the TRL virtualenv (``benchmarks/.venv-trl``, built by ``trainer_step.py``),
+never in the project's environment: TRL is not a dependency of this project.
+
+It reads one JSON object on stdin (written by ``trainer_step.py``)::
+
+    {"model_dir": ..., "output_dir": ..., "rows": [{"prompt": [messages], "answer": "a"}, ...],
+     "prompts_per_step": 8, "num_generations": 8, "max_tokens": 16, "min_tokens": 16,
+     "learning_rate": 1e-5, "warmup_steps": 2, "measured_steps": 5, "threads": 2, "seed": 0}
+
+and trains ``warmup_steps + measured_steps`` optimizer steps with TRL's own
+``GRPOTrainer`` the way a TRL user would on a CPU: ``use_vllm=False`` (completions come
+from ``model.generate``), float32, no gradient checkpointing, one optimizer step per
+generation batch (``per_device_train_batch_size`` = prompts x G, no accumulation,
+``num_iterations=1``), ``beta=0`` (no reference model), loss ``"grpo"``. A callback times
+every step from ``on_step_begin`` to ``on_step_end``: that span contains the generation
+(TRL generates inside ``training_step``), the reward, the advantages, the forward/backward
+pass and the optimizer step.
+
+Progress goes to stdout as plain lines; the LAST stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+# Never import anything from the project's checkout (this file lives inside it).
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (_REPO_ROOT,)]
+
+
+def letter_fraction(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
+    """TRL reward function with the semantics of ``letter_repeat.letter_fraction``.
+
+    Share of the reply's non-whitespace characters that equal the requested letter; 0 when empty.
+    """
+    out = []
+    for completion, letter in zip(completions, answer, strict=True):
+        if isinstance(completion, str):
+            text = completion
+        else:
+            text = "".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
+        chars = [c for c in text if not c.isspace()]
+        out.append(sum(c == letter for c in chars) / len(chars) if chars else 0.0)
+    return out
+
+
+def main() -> int:
+    cfg = json.loads(sys.stdin.read())
+    threads = int(cfg["threads"])
+    import torch
+
+    torch.set_num_threads(threads)
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    steps = int(cfg["warmup_steps"]) + int(cfg["measured_steps"])
+    rows_per_step = int(cfg["prompts_per_step"]) * int(cfg["num_generations"])
+
+    class StepTimer(TrainerCallback):
+        """Wall time of each optimizer step, and the completion lengths TRL logs for it."""
+
+        def __init__(self) -> None:
+            self.step_s: list[float] = []
+            self.cpu_s: list[float] = []
+            self.lengths: list[float] = []
+            self._t = self._cpu = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._t = time.perf_counter()
+            self._cpu = time.process_time()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.step_s.append(time.perf_counter() - self._t)
+            self.cpu_s.append(time.process_time() - self._cpu)
+            print(f"trl step {len(self.step_s)}: {self.step_s[-1]:.3f} s (CPU {self.cpu_s[-1]:.3f} s)", flush=True)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and "completions/mean_length" in logs:
+                self.lengths.append(float(logs["completions/mean_length"]))
+
+    args = GRPOConfig(
+        output_dir=cfg["output_dir"],
+        seed=int(cfg["seed"]),
+        max_steps=steps,
+        per_device_train_batch_size=rows_per_step,
+        gradient_accumulation_steps=1,
+        num_generations=int(cfg["num_generations"]),
+        num_iterations=1,
+        max_completion_length=int(cfg["max_tokens"]),
+        generation_kwargs={"min_new_tokens": int(cfg["min_tokens"])} if cfg.get("min_tokens") else None,
+        temperature=1.0,
+        top_p=1.0,
+        beta=0.0,
+        loss_type="grpo",
+        scale_rewards="group",
+        epsilon=0.2,
+        learning_rate=float(cfg["learning_rate"]),
+        lr_scheduler_type="constant",
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        use_vllm=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        model_init_kwargs={"dtype": "float32"},
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+    )
+    timer = StepTimer()
+    trainer = GRPOTrainer(
+        model=cfg["model_dir"],
+        reward_funcs=letter_fraction,
+        args=args,
+        train_dataset=Dataset.from_list(cfg["rows"]),
+        callbacks=[timer],
+    )
+    gen_s: list[float] = []
+    inner = getattr(trainer, "_generate_and_score_completions", None)
+    if inner is not None:  # private in TRL; timed when present (generation + rewards + advantages)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                gen_s.append(time.perf_counter() - t)
+
+        trainer._generate_and_score_completions = timed
+    trainer.train()
+    warm = int(cfg["warmup_steps"])
+    measured = timer.step_s[warm:]
+    lengths = timer.lengths[warm:] or timer.lengths
+    print(json.dumps({
+        "trl_version": trl.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "step_s": timer.step_s,
+        "step_cpu_s": timer.cpu_s,
+        "s_per_step": statistics.median(measured) if measured else None,
+        "cpu_s_per_step": statistics.median(timer.cpu_s[warm:]) if measured else None,
+        "generation_s": statistics.median(gen_s[warm:]) if len(gen_s) > warm else None,
+        "mean_completion_length": statistics.fmean(lengths) if lengths else None,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

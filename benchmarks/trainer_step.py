@@ -1,0 +1,402 @@
+"""Trainer benchmark: seconds per GRPO optimizer step, our trainer vs TRL's ``GRPOTrainer``.
+
+    python benchmarks/trainer_step.py              # both trainers, about 1.5 minutes on 2 cores
+    python benchmarks/trainer_step.py --no-trl     # our trainer only
+    python benchmarks/trainer_step.py --natural-lengths   # let both sides stop at EOS
+
+Both trainers train the SAME tiny model directory (built once per run with
+``python -m verifiers.inference.tiny``: llama, hidden 128, intermediate 384, 4 layers,
+4 heads / 2 KV heads, character tokenizer) on the SAME workload, on the CPU with the same
+number of torch threads (``--threads``, default 1: on a small machine shared with other
+work, OpenMP's spin-waiting makes multi-threaded step times erratic, in CPU time as well as
+in wall time):
+
+* prompts: the ``letter-repeat`` environment's training split (``"Say a"`` ... as one user
+  message), ``prompts_per_step`` unique prompts x ``G`` samples = one optimizer step;
+* completions of exactly ``max_tokens`` tokens: end-of-sequence is suppressed until then
+  (ours: ``min_tokens`` in the request; TRL: ``min_new_tokens`` in ``generation_kwargs``),
+  so both sides generate and train on the same number of tokens (``--natural-lengths``
+  drops that; the mean lengths are reported either way);
+* reward: the share of the reply's characters that equal the requested letter;
+* GRPO with group-std-scaled advantages, clipped surrogate (eps 0.2), per-sequence mean
+  (TRL ``loss_type="grpo"``), ``beta = 0`` (no reference model), ``num_iterations = 1``, no
+  gradient accumulation, AdamW (betas 0.9/0.99), lr 1e-5 constant, grad-norm clip 1.0,
+  float32, no gradient checkpointing.
+
+A step is everything from asking for the batch to the updated weights: generation (ours:
+the embedded inference engine behind the OpenAI-style in-process client, one request per
+sample; TRL: ``model.generate`` on the padded batch, ``use_vllm=False``), scoring,
+advantages, the forward/backward pass and the optimizer step. Ours is read from
+``metrics.jsonl`` (``time/step_s``); TRL's is timed by a ``TrainerCallback`` from
+``on_step_begin`` to ``on_step_end``. The first ``--warmup`` steps are dropped on each side
+and the median of the next ``--steps`` is reported. Target: ours / TRL <= 0.5 (wall clock).
+The process CPU time of each step (all threads) is reported beside it: where wall time is
+far above CPU time, the step waited rather than computed.
+
+TRL is never a project dependency: it runs in ``benchmarks/.venv-trl`` (created on first
+use with ``python -m venv`` + pip, torch pinned by ``constraints.txt``; reused when it
+imports) via ``benchmarks/_trl_grpo_step.py``.
+
+The LAST stdout line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # run from a checkout without an editable install
+    sys.path.insert(0, str(ROOT))
+
+TRL_VENV = HERE / ".venv-trl"
+TRL_SCRIPT = HERE / "_trl_grpo_step.py"
+TRL_VERSION = "1.16.0"
+TRL_REQUIREMENTS = [f"trl=={TRL_VERSION}", "torch==2.13.0"]
+CONSTRAINTS = ROOT / "constraints.txt"
+ENV_ID = "letter-repeat"
+TARGET_RATIO = 0.5
+
+
+# -- the workload -------------------------------------------------------------------------
+
+
+def workload(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything both sides must agree on, in one place."""
+    return {
+        "model": {
+            "arch": "llama",
+            "hidden_size": args.hidden_size,
+            "intermediate_size": args.intermediate_size,
+            "num_hidden_layers": args.layers,
+            "num_attention_heads": args.heads,
+            "num_key_value_heads": args.kv_heads,
+        },
+        "env_args": {"letters": "abcd", "num_train_examples": 512, "num_eval_examples": 0, "seed": 0},
+        "prompts_per_step": args.prompts,
+        "num_generations": args.G,
+        "max_tokens": args.max_tokens,
+        "min_tokens": 0 if args.natural_lengths else args.max_tokens,
+        "learning_rate": 1e-5,
+        "warmup_steps": args.warmup,
+        "measured_steps": args.steps,
+        "threads": args.threads,
+        "ahead": args.ahead,
+        "seed": 0,
+    }
+
+
+def build_model(spec: dict[str, Any], out: Path) -> Path:
+    """One tiny model directory for both trainers, written by the project's own CLI."""
+    from verifiers.errors import VFError
+
+    cmd = [
+        sys.executable, "-m", "verifiers.inference.tiny", str(out),
+        "--arch", spec["arch"],
+        "--hidden-size", str(spec["hidden_size"]),
+        "--intermediate-size", str(spec["intermediate_size"]),
+        "--layers", str(spec["num_hidden_layers"]),
+        "--heads", str(spec["num_attention_heads"]),
+        "--kv-heads", str(spec["num_key_value_heads"]),
+    ]
+    done = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise VFError(f"building the tiny model failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+    return out
+
+
+def training_rows(env_args: dict[str, Any]) -> list[dict[str, Any]]:
+    """The environment's training split as TRL dataset rows (chat ``prompt`` + ``answer``)."""
+    import verifiers as vf
+
+    env = vf.load_environment(ENV_ID, **env_args)
+    return [{"prompt": list(r["prompt"]), "answer": r["answer"]} for r in env.get_dataset().rows]
+
+
+def param_count(model_dir: Path) -> int:
+    """Parameters in the saved weights (tied embeddings counted once, as saved)."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 - safe_open handles are not iterable
+            n = 1
+            for d in f.get_slice(key).get_shape():
+                n *= d
+            total += n
+    return total
+
+
+# -- our trainer --------------------------------------------------------------------------
+
+
+def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, Any]:
+    from rich.console import Console
+
+    from trainers.grpo.config import TrainConfig
+    from trainers.grpo.reporting import read_metrics
+    from trainers.grpo.trainer import GRPOTrainer
+
+    cpu_s: list[float] = []
+
+    class FixedLengthTrainer(GRPOTrainer):
+        """Our trainer, with EOS suppressed for the first ``min_tokens`` tokens of every sample.
+
+        It also records the process CPU time of each step (all threads: the engine's, the
+        generator's and the learner's), from asking for the batch to the optimizer step.
+        """
+
+        _cpu0 = 0.0
+
+        def setup(self) -> None:
+            super().setup()
+            if work["min_tokens"]:
+                extra = {**self.sampling_args.get("extra_body", {}), "min_tokens": work["min_tokens"]}
+                self.sampling_args = {**self.sampling_args, "extra_body": extra}
+                self.generator.sampling_args = dict(self.sampling_args)
+
+        def _take_batch(self) -> Any:
+            self._cpu0 = time.process_time()
+            return super()._take_batch()
+
+        def _train_on(self, batch: Any) -> dict[str, float]:
+            out = super()._train_on(batch)
+            cpu_s.append(time.process_time() - self._cpu0)
+            return out
+
+    cfg = TrainConfig(
+        model=str(model_dir),
+        env_id=ENV_ID,
+        env_args=work["env_args"],
+        output_dir=str(out_dir),
+        seed=work["seed"],
+        algorithm="grpo",
+        prompts_per_step=work["prompts_per_step"],
+        num_generations=work["num_generations"],
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        max_steps=work["warmup_steps"] + work["measured_steps"],
+        max_tokens=work["max_tokens"],
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=work["learning_rate"],
+        lr_scheduler="constant",
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        torch_threads=work["threads"],
+        num_batches_ahead=work["ahead"],
+        num_sample_completions=0,
+        plot=False,
+        progress=False,
+    )
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the weight-loading bar would interleave with the step lines
+    FixedLengthTrainer(cfg, console=Console(quiet=True)).train()
+    rows = [r for r in read_metrics(out_dir / "metrics.jsonl") if "time/step_s" in r]
+    step_s = [float(r["time/step_s"]) for r in rows]
+    for i, (s, c) in enumerate(zip(step_s, cpu_s, strict=True), 1):
+        print(f"ours step {i}: {s:.3f} s (CPU {c:.3f} s)", flush=True)
+    warm = work["warmup_steps"]
+    measured = rows[warm:]
+    import torch
+
+    return {
+        "step_s": step_s,
+        "step_cpu_s": cpu_s,
+        "s_per_step": statistics.median(step_s[warm:]) if measured else None,
+        "cpu_s_per_step": statistics.median(cpu_s[warm:]) if measured else None,
+        "mean_completion_length": statistics.fmean(r["completions/mean_length"] for r in measured)
+        if measured else None,
+        "generation_s": statistics.median(r["time/generation_s"] for r in measured) if measured else None,
+        "train_s": statistics.median(r["time/train_s"] for r in measured) if measured else None,
+        "torch_version": torch.__version__,
+    }
+
+
+# -- TRL ----------------------------------------------------------------------------------
+
+
+def _clean_env(threads: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PYTHONNOUSERSITE"] = "1"
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    return env
+
+
+def ensure_trl_venv() -> Path:
+    """Create (or reuse) the TRL virtualenv and return its interpreter."""
+    py = TRL_VENV / "bin" / "python"
+    probe = (
+        "import trl, torch, transformers, datasets, accelerate; "
+        f"assert trl.__version__ == '{TRL_VERSION}', trl.__version__; "
+        "assert torch.__version__.startswith('2.13.0'), torch.__version__"
+    )
+    env = _clean_env(1)
+    if py.exists():
+        ok = subprocess.run([str(py), "-c", probe], env=env, cwd=str(HERE), capture_output=True)
+        if ok.returncode == 0:
+            return py
+        print(f"TRL venv at {TRL_VENV} does not import trl {TRL_VERSION} with torch 2.13.0; reinstalling", flush=True)
+    else:
+        print(f"creating the TRL venv at {TRL_VENV} (trl {TRL_VERSION} from PyPI; takes a few minutes)", flush=True)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", str(TRL_VENV)], check=True, env=env)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(CONSTRAINTS),
+         *TRL_REQUIREMENTS],
+        check=True,
+        env=env,
+    )
+    subprocess.run([str(py), "-c", probe], check=True, env=env, cwd=str(HERE))
+    return py
+
+
+def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """TRL's side in its own venv; returns its JSON, or ``{"error": ...}`` saying why it failed."""
+    py = ensure_trl_venv()
+    payload = {**work, "model_dir": str(model_dir), "output_dir": str(out_dir), "rows": rows}
+    payload_path = out_dir.parent / "trl_input.json"
+    payload_path.write_text(json.dumps(payload))
+    stderr_path = out_dir.parent / "trl_stderr.log"
+    with open(payload_path) as stdin, open(stderr_path, "w") as err:
+        proc = subprocess.Popen(
+            [str(py), str(TRL_SCRIPT)], stdin=stdin, stdout=subprocess.PIPE, stderr=err,
+            text=True, env=_clean_env(work["threads"]), cwd=str(HERE),
+        )
+        last = ""
+        for line in proc.stdout or ():
+            line = line.rstrip("\n")
+            if line.startswith("trl step"):
+                print(line, flush=True)
+            if line.strip():
+                last = line
+        rc = proc.wait()
+    try:
+        out = json.loads(last) if rc == 0 else None
+    except json.JSONDecodeError:
+        out = None
+    if out is None:
+        tail = "\n".join(stderr_path.read_text().splitlines()[-30:])
+        print(f"TRL run FAILED (exit {rc}); stderr tail:\n{tail}", flush=True)
+        return {"error": f"TRL exited with {rc}: {tail.splitlines()[-1] if tail else 'no output'}"}
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-trl", action="store_true", help="measure our trainer only")
+    ap.add_argument("--natural-lengths", action="store_true", help="do not suppress EOS (lengths may differ)")
+    ap.add_argument("--warmup", type=int, default=2, help="steps dropped on each side (default 2)")
+    ap.add_argument("--steps", type=int, default=8, help="measured steps on each side (default 8)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads on both sides (default 1: see the module doc)")
+    ap.add_argument("--ahead", type=int, default=0,
+                    help="our num_batches_ahead (0 = synchronous like TRL without vLLM; 1 = generate the next batch while training)")
+    ap.add_argument("--prompts", type=int, default=8, help="unique prompts per step (default 8)")
+    ap.add_argument("--G", type=int, default=8, help="samples per prompt (default 8)")
+    ap.add_argument("--max-tokens", type=int, default=16, help="completion tokens (default 16)")
+    ap.add_argument("--hidden-size", type=int, default=128)
+    ap.add_argument("--intermediate-size", type=int, default=384)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.warmup < 0 or args.steps < 1:
+        ap.error("need --warmup >= 0 and --steps >= 1")
+    if args.G < 2:
+        ap.error("GRPO needs --G >= 2 (TRL refuses fewer)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = workload(args)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="vf-trainer-step-") as tmp:
+        root = Path(tmp)
+        model_dir = build_model(work["model"], root / "model")
+        params = param_count(model_dir)
+        m = work["model"]
+        shape = (f"llama h{m['hidden_size']} i{m['intermediate_size']} L{m['num_hidden_layers']} "
+                 f"heads {m['num_attention_heads']}/{m['num_key_value_heads']} ({params / 1e6:.2f}M params)")
+        print(f"model: {shape}; {work['prompts_per_step']} prompts x G={work['num_generations']}, "
+              f"{work['max_tokens']} completion tokens, {work['threads']} torch threads", flush=True)
+        ours = run_ours(work, model_dir, root / "ours")
+        trl: dict[str, Any] = {"error": "skipped (--no-trl)"}
+        if not args.no_trl:
+            trl = run_trl(work, model_dir, root / "trl", training_rows(work["env_args"]))
+    ours_s, trl_s = ours.get("s_per_step"), trl.get("s_per_step")
+    ratio = ours_s / trl_s if ours_s and trl_s else None
+    ours_cpu, trl_cpu = ours.get("cpu_s_per_step"), trl.get("cpu_s_per_step")
+    cpu_ratio = ours_cpu / trl_cpu if ours_cpu and trl_cpu else None
+    verdict = "n/a" if ratio is None else ("PASS" if ratio <= TARGET_RATIO else "FAIL")
+    print(
+        f"ours {ours_s:.3f} s/step (CPU {ours_cpu:.3f} s; generation {ours['generation_s']:.3f} s, "
+        f"train {ours['train_s']:.3f} s), "
+        + (f"TRL {trl_s:.3f} s/step (CPU {trl_cpu:.3f} s; generation {_fmt(trl.get('generation_s'))} s); "
+           f"ratio ours/TRL {ratio:.3f} "
+           f"(CPU {cpu_ratio:.3f}), target <= {TARGET_RATIO}: {verdict}"
+           if ratio is not None and cpu_ratio is not None else f"TRL: {trl.get('error')}"),
+        flush=True,
+    )
+    result = {
+        "ours_s_per_step": ours_s,
+        "trl_s_per_step": trl_s,
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "ours_cpu_s_per_step": ours_cpu,
+        "trl_cpu_s_per_step": trl_cpu,
+        "cpu_ratio": cpu_ratio,
+        "pass": None if ratio is None else ratio <= TARGET_RATIO,
+        "model": {**work["model"], "params": params},
+        "env_id": ENV_ID,
+        "prompts_per_step": work["prompts_per_step"],
+        "num_generations": work["num_generations"],
+        "max_tokens": work["max_tokens"],
+        "eos_suppressed": bool(work["min_tokens"]),
+        "torch_threads": work["threads"],
+        "ours_num_batches_ahead": work["ahead"],
+        "warmup_steps": work["warmup_steps"],
+        "measured_steps": work["measured_steps"],
+        "ours_mean_completion_length": ours.get("mean_completion_length"),
+        "trl_mean_completion_length": trl.get("mean_completion_length"),
+        "ours_generation_s": ours.get("generation_s"),
+        "ours_train_s": ours.get("train_s"),
+        "trl_generation_s": trl.get("generation_s"),
+        "ours_step_s": ours.get("step_s"),
+        "trl_step_s": trl.get("step_s"),
+        "ours_step_cpu_s": ours.get("step_cpu_s"),
+        "trl_step_cpu_s": trl.get("step_cpu_s"),
+        "trl_version": trl.get("trl_version"),
+        "trl_transformers_version": trl.get("transformers_version"),
+        "torch_version": ours.get("torch_version"),
+        "trl_torch_version": trl.get("torch_version"),
+        "trl_error": trl.get("error") if not args.no_trl else None,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    print(json.dumps(result))
+    return 0 if ours_s is not None and (args.no_trl or trl_s is not None) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
