@@ -32,6 +32,7 @@ class TrainRow:
     is_truncated: bool
     completion_len: int
     is_expert: bool = False
+    prompt_len: int = 0  # tokens of the initial prompt (shared by a group's samples)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class TrainBatch:
     group_ids: Tensor  # [N] int64
     is_truncated: Tensor  # [N] bool
     is_expert: Tensor  # [N] bool
+    prompt_lens: Tensor | None = None  # [N] int64; 0 = unknown (no prompt sharing)
     advantages: Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -65,6 +67,7 @@ class TrainBatch:
             group_ids=self.group_ids.index_select(0, idx),
             is_truncated=self.is_truncated.index_select(0, idx),
             is_expert=self.is_expert.index_select(0, idx),
+            prompt_lens=None if self.prompt_lens is None else self.prompt_lens.index_select(0, idx),
             advantages=None if self.advantages is None else self.advantages.index_select(0, idx),
         )
 
@@ -92,7 +95,7 @@ def row_from_result(r: RolloutResult, group: int, max_seq_len: int, overlong: st
     # targets 0..len(ids)-2; completion token j is target len(prompt)-1+j
     tmask = [0] * (len(prompt) - 1) + mask
     tlp = [0.0] * (len(prompt) - 1) + [lp if m else 0.0 for lp, m in zip(lps, mask, strict=True)]
-    return TrainRow(ids, tmask, tlp, float(r.reward), group, truncated, int(sum(mask)))
+    return TrainRow(ids, tmask, tlp, float(r.reward), group, truncated, int(sum(mask)), prompt_len=len(prompt))
 
 
 def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
@@ -119,6 +122,7 @@ def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
         group_ids=torch.tensor([r.group for r in rows], dtype=torch.long),
         is_truncated=torch.tensor([r.is_truncated for r in rows], dtype=torch.bool),
         is_expert=torch.tensor([r.is_expert for r in rows], dtype=torch.bool),
+        prompt_lens=torch.tensor([r.prompt_len for r in rows], dtype=torch.long),
     )
 
 

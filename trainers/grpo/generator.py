@@ -79,6 +79,7 @@ class BatchGenerator:
         self._it = iter(self.sampler)
         self._next_id = 0
         self._futures: dict[int, concurrent.futures.Future[RolloutBatch]] = {}
+        self._starts: dict[int, dict[str, Any]] = {}  # sampler state before each in-flight batch was drawn
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vf-generator", daemon=True)
         self._thread.start()
@@ -106,12 +107,14 @@ class BatchGenerator:
         return self._next_id
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the next *unconsumed* batch starts: in-flight batches are regenerated on resume."""
-        pending = sorted(self._futures)
-        if pending:
-            first = self._futures[pending[0]]
-            if first.done() and not first.exception():
-                return {"next_batch_id": pending[0], "sampler": first.result().sampler_state}
+        """Where the next *unconsumed* batch starts: in-flight batches are regenerated on resume.
+
+        This must not depend on whether an in-flight batch happens to be finished yet, or a
+        resumed run would skip it on one machine and replay it on another.
+        """
+        if self._futures:
+            first = min(self._futures)
+            return {"next_batch_id": first, "sampler": self._starts[first]}
         return {"next_batch_id": self._next_id, "sampler": self.sampler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -145,6 +148,7 @@ class BatchGenerator:
                 )
         fut = asyncio.run_coroutine_threadsafe(self._generate(batch_id, policy_version, inputs, sampler_state), self._loop)
         self._futures[batch_id] = fut
+        self._starts[batch_id] = sampler_state
         return batch_id
 
     async def _generate(
@@ -178,6 +182,7 @@ class BatchGenerator:
                 "check the inference server or raise the timeout"
             ) from None
         del self._futures[batch_id]
+        self._starts.pop(batch_id, None)
         return batch
 
     def evaluate(self, num_examples: int, sampling_args: dict[str, Any]) -> GenerateOutputs:
@@ -190,9 +195,16 @@ class BatchGenerator:
         return self._call(run(), timeout=self.timeout_s)
 
     def cancel_pending(self) -> None:
+        """Drop in-flight batches and rewind, so the next `submit` draws the first of them again."""
+        if self._futures:
+            first = min(self._futures)
+            self._next_id = first
+            self.sampler.load_state_dict(self._starts[first])
+            self._it = iter(self.sampler)
         for fut in self._futures.values():
             fut.cancel()
         self._futures.clear()
+        self._starts.clear()
 
     def close(self) -> None:
         self.cancel_pending()

@@ -43,7 +43,8 @@ from trainers.grpo.checkpoint import (
 )
 from trainers.grpo.config import TrainConfig
 from trainers.grpo.generator import BatchGenerator, RolloutBatch
-from trainers.grpo.losses import LossNormalizer, entropy_from_logits, expert_count, mask_truncated
+from trainers.grpo.logprobs import completion_logps
+from trainers.grpo.losses import LossNormalizer, expert_count, mask_truncated
 from trainers.grpo.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
 from trainers.grpo.store import ExperienceStore
 from trainers.grpo.weight_sync import WeightSync, make_weight_sync
@@ -61,17 +62,6 @@ class TrainSummary:
     reward_last: float
     output_dir: str
     interrupted: bool = False
-
-
-def token_logps(model: Any, batch: TrainBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities of each target token and the (detached-ready) logits over targets."""
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
-    logits = out.logits[:, :-1, :].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    targets = batch.input_ids[:, 1:]
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return logp, logits
 
 
 class GRPOTrainer:
@@ -122,8 +112,9 @@ class GRPOTrainer:
                 r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                 target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
             ))
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+        if cfg.gradient_checkpointing:  # the old name is deprecated in transformers 5
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable()
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
@@ -298,7 +289,7 @@ class GRPOTrainer:
         with torch.no_grad():
             for part in idx.chunk(chunks):
                 sub = batch.select(part)
-                lp, _ = token_logps(model, sub, self.cfg.temperature)
+                lp, _ = completion_logps(model, sub, self.cfg.temperature)
                 out[part, : lp.shape[1]] = lp
         return out
 
@@ -325,7 +316,11 @@ class GRPOTrainer:
                 ref = self._logps_no_grad(ref_model, batch, chunks)
         sums: dict[str, float] = {}
         grad_norms = []
+        paused = contextlib.ExitStack()
         if cfg.gradient_checkpointing:
+            # Checkpointing only acts in train mode, where transformers also switches the KV cache
+            # off; an embedded engine decoding this same model meanwhile would break, so it waits.
+            paused.enter_context(self.sync.updating())
             self.model.train()
         try:
             for it in range(cfg.num_iterations):
@@ -334,13 +329,9 @@ class GRPOTrainer:
                 for part in perm.chunk(chunks):
                     sub = batch.select(part)
                     width = sub.loss_mask.shape[1]
-                    logp, logits = token_logps(self.model, sub, cfg.temperature)
-                    want_grad_entropy = preset.entropy_coef != 0
-                    if want_grad_entropy:
-                        entropy = entropy_from_logits(logits)
-                    else:
-                        with torch.no_grad():
-                            entropy = entropy_from_logits(logits.detach())
+                    logp, entropy = completion_logps(
+                        self.model, sub, cfg.temperature, entropy_grad=preset.entropy_coef != 0
+                    )
                     loss, m = compute_loss(
                         preset,
                         logp=logp,
@@ -370,6 +361,7 @@ class GRPOTrainer:
         finally:
             if cfg.gradient_checkpointing:
                 self.model.eval()
+            paused.close()
         sums["grad_norm"] = sum(grad_norms) / len(grad_norms)
         sums["learning_rate"] = float(self.scheduler.get_last_lr()[0])
         return sums
@@ -441,13 +433,23 @@ class GRPOTrainer:
                                resume_step=self.step if resume else None)
         t0 = time.perf_counter()
         interrupted = False
-        previous = signal.getsignal(signal.SIGTERM)
+        self._stop_requested = False
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
         def on_term(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
 
+        def on_int(signum: int, frame: Any) -> None:
+            # The first Ctrl-C stops at the next step boundary, where the checkpoint is exact
+            # (a resumed run then equals an uninterrupted one); a second one stops at once.
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            self.console.print("[yellow]Ctrl-C: stopping after this step (press again to stop now)[/yellow]")
+
         with contextlib.suppress(ValueError):  # only the main thread may install handlers
             signal.signal(signal.SIGTERM, on_term)
+            signal.signal(signal.SIGINT, on_int)
         progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[info]}"), console=self.console, disable=not cfg.progress)
         last_groups: list[list[RolloutResult]] = []
@@ -455,6 +457,8 @@ class GRPOTrainer:
             with progress:
                 task = progress.add_task("train", total=cfg.max_steps, completed=self.step, info="")
                 while self.step < cfg.max_steps:
+                    if self._stop_requested:
+                        raise KeyboardInterrupt
                     t_step = time.perf_counter()
                     groups, versions, info = self._take_batch()
                     batch, metrics = self._build(groups)
@@ -487,7 +491,8 @@ class GRPOTrainer:
                                f"continue with --resume[/yellow]")
         finally:
             with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGTERM, previous)
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
             logger.close()
             self.generator.close()
         if not interrupted:

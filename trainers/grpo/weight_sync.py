@@ -52,9 +52,10 @@ class SharedEngineSync:
         self.engine = InferenceEngine(model, tokenizer, max_batch_size=max_batch_size, seed=seed).start()
 
     def make_client(self) -> Any:
-        from verifiers.inference.runner import inprocess_client
+        # Environments get the engine without HTTP or the SDK pipeline in between (same API).
+        from verifiers.inference.runner import EngineChatClient
 
-        return inprocess_client(self.engine, [self.model_name])
+        return EngineChatClient(self.engine, [self.model_name])
 
     @contextlib.contextmanager
     def updating(self) -> Iterator[None]:
