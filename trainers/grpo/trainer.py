@@ -77,6 +77,7 @@ class GRPOTrainer:
         self.step = 0
         self.version = 0
         self._stop_requested = False
+        self._committing = False
 
     # -- setup -----------------------------------------------------------------------------
     def _load_model(self) -> tuple[Any, Any]:
@@ -354,6 +355,7 @@ class GRPOTrainer:
                         torch.stack([p.grad.norm() for p in self.params if p.grad is not None])
                     )
                 grad_norms.append(float(gn))
+                self._committing = True  # from here on the step is finished, not abandoned
                 with self.sync.updating():
                     self.optimizer.step()
                 self.scheduler.step()
@@ -367,18 +369,25 @@ class GRPOTrainer:
         return sums
 
     # -- loop ------------------------------------------------------------------------------
-    def _checkpoint(self) -> Path:
-        payload = {
+    def _data_state(self) -> dict[str, Any]:
+        """Everything a checkpoint holds besides weights, optimizer and scheduler."""
+        return {
             "step": self.step,
             "version": self.version,
-            "model": self.accelerator.unwrap_model(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.state_dict(),
             "store": self.store.state_dict(),
             "rng": rng_state(),
             "engine_rng": self.sync.rng_state(),
             "reward_history": list(self.reward_history),
+        }
+
+    def _checkpoint(self, data_state: dict[str, Any] | None = None) -> Path:
+        """``data_state``: the one taken at the start of an unfinished step (see `train`)."""
+        payload = {
+            **(data_state or self._data_state()),
+            "model": self.accelerator.unwrap_model(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
             "config": self.cfg.model_dump(mode="json"),
         }
         return save_checkpoint(self.out / "checkpoints", self.step, payload, keep=self.cfg.keep_checkpoints)
@@ -434,16 +443,23 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         interrupted = False
         self._stop_requested = False
+        self._committing = False  # the weights of the step in progress have been updated
+        step_start: dict[str, Any] | None = None  # data state at the start of the step in progress
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
         def on_term(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt
+            # Stop now. A step whose weights are not updated yet is abandoned (the checkpoint
+            # holds the state it started from); one already updating is finished first.
+            self._stop_requested = True
+            if not self._committing:
+                raise KeyboardInterrupt
 
         def on_int(signum: int, frame: Any) -> None:
             # The first Ctrl-C stops at the next step boundary, where the checkpoint is exact
             # (a resumed run then equals an uninterrupted one); a second one stops at once.
             if self._stop_requested:
-                raise KeyboardInterrupt
+                on_term(signum, frame)
+                return
             self._stop_requested = True
             self.console.print("[yellow]Ctrl-C: stopping after this step (press again to stop now)[/yellow]")
 
@@ -459,6 +475,7 @@ class GRPOTrainer:
                 while self.step < cfg.max_steps:
                     if self._stop_requested:
                         raise KeyboardInterrupt
+                    step_start = self._data_state()
                     t_step = time.perf_counter()
                     groups, versions, info = self._take_batch()
                     batch, metrics = self._build(groups)
@@ -467,6 +484,7 @@ class GRPOTrainer:
                     self.version = self.sync.after_step()
                     self.store.set_policy_version(self.version)
                     self.step += 1
+                    step_start, self._committing = None, False
                     metrics["staleness"] = float(max(0, self.version - 1 - min(versions)))
                     metrics["policy_version"] = float(self.version)
                     metrics["time/generation_s"] = info["gen_s"]
@@ -486,7 +504,7 @@ class GRPOTrainer:
         except KeyboardInterrupt:
             interrupted = True
             self.generator.cancel_pending()
-            path = self._checkpoint()
+            path = self._checkpoint(step_start)
             self.console.print(f"[yellow]interrupted at step {self.step}; checkpoint saved to {path}; "
                                f"continue with --resume[/yellow]")
         finally:
