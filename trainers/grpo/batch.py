@@ -53,6 +53,11 @@ class TrainBatch:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def to(self, device: Any) -> TrainBatch:
+        """The same batch on ``device`` (the model's: batches are built on the CPU)."""
+        moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        return TrainBatch(**moved)
+
     def select(self, idx: Tensor) -> TrainBatch:
         """Rows ``idx``, trimmed to their longest real length (padding costs compute)."""
         width = int(self.attention_mask.index_select(0, idx).sum(1).max())
@@ -73,8 +78,10 @@ class TrainBatch:
 
 
 def row_from_result(r: RolloutResult, group: int, max_seq_len: int, overlong: str) -> TrainRow | None:
-    """One training row, or None when the rollout has nothing trainable (error, no token data,
-    a prompt that does not fit, or ``overlong='drop'`` and it does not fit)."""
+    """One training row, or None when the rollout has nothing trainable: no token data (e.g. it
+    failed before the model answered), a history whose turns do not extend each other, a prompt
+    that does not fit, or ``overlong='drop'`` and it does not fit. A rollout that errored after
+    the model produced tokens is trained on with the reward it got (usually 0)."""
     if not r.tokens:
         return None
     seq = r.token_sequence()

@@ -97,7 +97,7 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, ge=1)
     log_every: int = Field(1, ge=1)
     report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
-    num_sample_completions: int = Field(4, ge=0, description="rows of the sample-completions table per log")
+    num_sample_completions: int = Field(4, ge=0, description="rows of the sample-completions table printed at the end")
     plot: bool = True
     progress: bool = True
 

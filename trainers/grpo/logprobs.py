@@ -29,7 +29,8 @@ def _entropy(logits: Tensor, with_grad: bool) -> Tensor:
 
 
 def _full(model: Any, batch: TrainBatch, temperature: float, entropy_grad: bool) -> tuple[Tensor, Tensor]:
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                use_cache=False)
     logits = out.logits[:, :-1, :].float()
     if temperature != 1.0:
         logits = logits / temperature

@@ -72,6 +72,12 @@ class GRPOTrainer:
         self.console = console or Console()
         self.out = Path(cfg.output_dir)
         self.preset: AlgorithmPreset = get_algorithm(cfg.algorithm, **cfg.algorithm_overrides)
+        if self.preset.off_policy is not None and cfg.temperature != 1.0:
+            raise ConfigError(
+                "off-policy correction compares the sampler's logprobs, which are the raw (temperature 1) "
+                f"log-softmax, with the learner's at temperature={cfg.temperature}; use temperature = 1.0 "
+                "with off_policy, or disable off_policy"
+            )
         if self.preset.mix is not None and not cfg.expert_data:
             raise ConfigError("the 'mix' algorithm needs expert_data = 'path/to/expert.jsonl' (rows with 'messages')")
         self.step = 0
@@ -132,6 +138,8 @@ class GRPOTrainer:
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, self.optimizer, self.scheduler)
         model = self.accelerator.unwrap_model(self.model)
+        if self.ref_model is not None:
+            self.ref_model.to(self.accelerator.device)
         self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out)
         env = vf.load_environment(cfg.env_id, **cfg.env_args)
         self.env = env
@@ -255,12 +263,14 @@ class GRPOTrainer:
             )
         if self.expert:
             assert self.preset.mix is not None
-            k = expert_count(self.preset.mix.expert_ratio, len(rows))
+            # The expert share is of the whole batch (ANCHORS: 0.25 of 256 = 64 expert + 192 usual).
+            ratio = self.preset.mix.expert_ratio
+            k = expert_count(ratio, round(len(rows) / (1.0 - ratio)))
             rng = random.Random(cfg.seed * 7919 + self.step)
             rows += [self.expert[rng.randrange(len(self.expert))] for _ in range(k)]
-        batch = collate(rows, self.tokenizer.pad_token_id or 0)
+        batch = collate(rows, self.tokenizer.pad_token_id or 0).to(self.accelerator.device)
         rl = ~batch.is_expert
-        adv = torch.zeros(len(batch))
+        adv = torch.zeros(len(batch), device=batch.rewards.device)
         adv_fn = get_advantage_fn(self.preset.advantage)
         adv[rl] = adv_fn(batch.rewards[rl], batch.group_ids[rl], scale=self.preset.scale, eps=self.preset.eps)
         batch.advantages = adv
@@ -407,7 +417,7 @@ class GRPOTrainer:
         self.sync.set_rng_state(state["engine_rng"])
         self.step = int(state["step"])
         self.version = int(state["version"])
-        self.sync.set_version(self.version)
+        self.sync.on_resume(self.version)
         self.reward_history = list(state.get("reward_history", []))
         self.console.print(f"resumed from {path} at step {self.step}")
 
@@ -481,7 +491,8 @@ class GRPOTrainer:
                     batch, metrics = self._build(groups)
                     t_train = time.perf_counter()
                     metrics.update(self._train_on(batch))
-                    self.version = self.sync.after_step()
+                    self.version += 1
+                    self.sync.after_step(self.version)
                     self.store.set_policy_version(self.version)
                     self.step += 1
                     step_start, self._committing = None, False

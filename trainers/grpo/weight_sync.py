@@ -7,12 +7,16 @@
 - `DiskReloadSync` (``base_url`` set): an external `vf-serve` (or any server with
   ``POST /weights/reload``) reloads a ``save_pretrained`` directory the trainer writes.
   It is the portable fallback; vLLM's NCCL weight transfer is not implemented yet.
+
+Policy versions are the trainer's own count of optimizer steps (one per training step), so
+they survive server restarts and resumes; the server is told the version with the weights.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +30,8 @@ class WeightSync(Protocol):
 
     def make_client(self) -> Any: ...
     def updating(self) -> contextlib.AbstractContextManager[None]: ...
-    def after_step(self) -> int: ...
-    def set_version(self, version: int) -> None: ...
+    def after_step(self, version: int) -> None: ...
+    def on_resume(self, version: int) -> None: ...
     def rng_state(self) -> Any: ...
     def set_rng_state(self, state: Any) -> None: ...
     def save_final(self, model: Any, tokenizer: Any, path: Path) -> None: ...
@@ -62,11 +66,12 @@ class SharedEngineSync:
         with self.engine.paused():
             yield
 
-    def after_step(self) -> int:
-        return self.engine.bump_version()
-
-    def set_version(self, version: int) -> None:
+    def after_step(self, version: int) -> None:
+        # The weights were updated in place (under `updating`); only the version changes.
         self.engine.weight_version = version
+
+    def on_resume(self, version: int) -> None:
+        self.engine.weight_version = version  # the shared model already holds the checkpoint
 
     def rng_state(self) -> Any:
         return self.engine._generator.get_state()
@@ -89,7 +94,6 @@ class DiskReloadSync:
         self.model, self.tokenizer = model, tokenizer
         self.dir = out / "sync_weights"
         self.model_name = model_name
-        self.version = 0
 
     def make_client(self) -> Any:
         import verifiers as vf
@@ -99,21 +103,25 @@ class DiskReloadSync:
     def updating(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def after_step(self) -> int:
+    def after_step(self, version: int) -> None:
         _save(self.model, self.tokenizer, self.dir)
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get("OPENAI_API_KEY")
+        if key:  # a server started with --api-key guards /weights/reload too
+            headers["Authorization"] = f"Bearer {key}"
         req = urllib.request.Request(
             f"{self.root}/weights/reload", data=json.dumps({"path": str(self.dir.resolve())}).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
+            headers=headers, method="POST",
         )
         try:
             with urllib.request.urlopen(req, timeout=600) as resp:
-                self.version = int(json.loads(resp.read())["weight_version"])
+                resp.read()
         except OSError as exc:
             raise ServerError(f"weight reload at {self.root}/weights/reload failed: {exc}") from exc
-        return self.version
 
-    def set_version(self, version: int) -> None:
-        self.version = version
+    def on_resume(self, version: int) -> None:
+        # The server may still hold newer (or, after a restart, the initial) weights: push ours.
+        self.after_step(version)
 
     def rng_state(self) -> Any:
         return None
