@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from letter_repeat import letter_fraction, load_environment, make_rows, stops_short
 
 import verifiers as vf
-from letter_repeat import letter_fraction, load_environment, make_rows, stops_short
 from verifiers.testing import ScriptedServer, ServerScript, check_environment
 
 
