@@ -209,13 +209,16 @@ class GRPOTrainer:
         """Whole groups for one step, refilling when the store filtered or evicted some."""
         cfg = self.cfg
         info = {"refills": 0.0, "gen_s": 0.0}
-        refills = 0
+        # With nothing in flight (synchronous mode, or the first step) this step's own batch is
+        # generated here and is not a refill; every further generation is.
+        regular = 0 if self.pending else 1
+        submitted = 0
         while True:
             got = self.store.get("trainer", list(COLUMNS), cfg.prompts_per_step)
             if got is not None:
                 break
             if not self.pending:
-                if refills > cfg.max_refills:
+                if submitted >= regular and submitted - regular >= cfg.max_refills:
                     got = self.store.get("trainer", list(COLUMNS), cfg.prompts_per_step, allow_partial=True)
                     if got is None:
                         raise ConfigError(
@@ -224,13 +227,13 @@ class GRPOTrainer:
                         )
                     break
                 self._submit()
-                refills += 1
+                submitted += 1
             batch = self.generator.get(self.pending.pop(0))
             info["gen_s"] += batch.seconds
             self._store_batch(batch)
         while len(self.pending) < cfg.num_batches_ahead:
             self._submit()
-        info["refills"] = float(max(0, refills - 1))
+        info["refills"] = float(max(0, submitted - regular))
         groups: dict[int, list[RolloutResult]] = {}
         for gi, res in zip(got.group_index, got.columns["result"], strict=True):
             groups.setdefault(gi, []).append(res)
