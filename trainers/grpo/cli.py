@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         from trainers.grpo.config import load_config
 
         cfg = load_config(path, overrides)
+        from transformers.utils import logging as hf_logging
+
         from trainers.grpo.trainer import GRPOTrainer
+
+        hf_logging.disable_progress_bar()  # per-file load/save bars would bury the training progress
 
         summary = GRPOTrainer(cfg).train(resume=resume)
     except ConfigError as exc:

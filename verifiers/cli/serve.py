@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from verifiers.inference.server import create_app
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the server prints its own one-line banner
     try:
         engine = InferenceEngine.from_pretrained(
             args.model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
