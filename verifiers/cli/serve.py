@@ -41,10 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vf-serve needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
         return 2
     import uvicorn
+    from transformers.utils import logging as hf_logging
 
     from verifiers.inference.server import create_app
-
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the server prints its own one-line banner
     try:
