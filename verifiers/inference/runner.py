@@ -13,8 +13,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from verifiers.clients.base import RequestAdapter
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.server import create_app
+from verifiers.inference.server import EmbeddedAPI, create_app
 
 
 class EmbeddedServer:
@@ -110,7 +111,7 @@ def inprocess_client(
     )
 
 
-class EngineChatClient:
+class EngineChatClient(RequestAdapter):
     """A rollout `ChatClient` that hands request bodies straight to the server's handlers.
 
     Same request bodies, validation, responses and errors as the HTTP API, minus HTTP and
@@ -119,13 +120,8 @@ class EngineChatClient:
     """
 
     def __init__(self, engine: InferenceEngine, served_model_names: Sequence[str] = ("model",)) -> None:
-        from verifiers.clients.base import RequestAdapter
-        from verifiers.inference.server import EmbeddedAPI
-
         engine.start()
         self.api = EmbeddedAPI(engine, served_model_names)
-        self._adapter = RequestAdapter()
-        self._adapter._post = self._post  # type: ignore[method-assign]
 
     async def _post(self, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         import asyncio
@@ -150,9 +146,3 @@ class EngineChatClient:
         if not isinstance(result, dict):  # pragma: no cover - stream is forced off above
             raise TypeError("expected a complete response")
         return result
-
-    async def chat(self, model: str, messages: list[dict[str, Any]], **kw: Any) -> Any:
-        return await self._adapter.chat(model, messages, **kw)
-
-    async def complete(self, model: str, prompt: str, **kw: Any) -> Any:
-        return await self._adapter.complete(model, prompt, **kw)

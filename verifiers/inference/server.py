@@ -185,8 +185,8 @@ class EmbeddedAPI:
 
     async def chat(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
         req: ChatRequest = self.parse(ChatRequest, body)
-        prompt_ids, params, forced, use_tools = self._chat_inputs(req)
-        model = self.check_model(req.model)
+        prompt_ids, params, forced, use_tools = self._chat_inputs(req)  # validates the model name
+        model = req.model or self.names[0]
         if req.stream:
             events = self.engine.stream(prompt_ids, params, req.n, forced=forced)
             return self._chat_stream(req, model, prompt_ids, events, use_tools)
