@@ -37,6 +37,10 @@ class ServerError(ModelError):
     """The server kept answering 5xx (or dropped the connection) after every retry."""
 
 
+class WeightSyncError(ServerError):
+    """After a weight sync, the server's policy is not the trainer's (a verified sync failed)."""
+
+
 class BadRequestError(ModelError):
     """The server rejected the request (4xx other than 429 / overlong prompt)."""
 

@@ -11,6 +11,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(
             "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR]]\n"
+            "  against vLLM: --base_url http://127.0.0.1:8000/v1[,http://...] (servers from vf-vllm), or [vllm] in the config\n"
             "  every TrainConfig field can be overridden, e.g. --learning_rate 1e-4 --tiny_model.hidden_size 128\n"
             "  examples: examples/configs/*.toml; fields: docs/training.md"
         )
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
             resume = True
             del args[i]
     path, overrides = (None, args) if args[0].startswith("--") else (args[0], args[1:])
-    from verifiers.errors import ConfigError
+    from verifiers.errors import ConfigError, ServerError
 
     try:
         from trainers.grpo.config import load_config
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"vf-train: {exc}", file=sys.stderr)
         return 2
+    except ServerError as exc:  # the inference server died or does not serve the trained policy
+        print(f"vf-train: {exc}", file=sys.stderr)
+        return 1
     except ImportError as exc:
         print(f"vf-train needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from verifiers.errors import ConfigError
 
@@ -27,6 +27,17 @@ class TinyModelConfig(BaseModel):
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     seed: int = 0
+
+
+class ManagedVLLMConfig(BaseModel):
+    """``[vllm]``: vf-train starts (and stops) its own vLLM servers on this machine, serving ``model``."""
+
+    model_config = ConfigDict(extra="forbid")
+    num_servers: int = Field(1, ge=1, description="servers started, each a full replica")
+    kv_cache_gib: int | None = Field(None, ge=1, description="CPU only: KV cache GiB per server (default 2)")
+    cpu_cores: list[str] | None = Field(None, description="CPU only: cores per server, e.g. ['0', '1']")
+    extra_args: list[str] = Field(default_factory=list, description="passed to vLLM, e.g. ['--enforce-eager']")
+    startup_timeout_s: float = Field(600.0, gt=0)
 
 
 class TrainConfig(BaseModel):
@@ -70,7 +81,16 @@ class TrainConfig(BaseModel):
     max_refills: int = Field(4, ge=0, description="extra generations per step to replace filtered groups")
 
     # inference server
-    base_url: str | None = Field(None, description="an external OpenAI-compatible server; default: embedded")
+    base_url: str | list[str] | None = Field(
+        None, description="external OpenAI-compatible server(s); several = vLLM replicas; default: embedded")
+    vllm: ManagedVLLMConfig | None = Field(None, description="start vLLM servers for this run (instead of base_url)")
+    server_type: Literal["auto", "vllm", "vf-serve"] = Field("auto", description="auto: ask the server")
+    weight_sync: Literal["auto", "reload", "nccl", "lora"] = Field(
+        "auto", description="vLLM: nccl on a GPU, else reload; lora = the adapter only")
+    sync_dir: str | None = Field(None, description="reload: checkpoint directory the servers read (default /dev/shm)")
+    sync_verify: bool = Field(True, description="compare served and trained logprobs on a probe after every sync")
+    sync_verify_tol: float | None = Field(None, gt=0, description="default 1e-3 (float32), 0.1 (16-bit)")
+    nccl_port: int = Field(0, ge=0, description="nccl: rendezvous port on the trainer (0 = a free one)")
     server_model_name: str = "policy"
     engine_max_batch_size: int = Field(256, ge=1)
 
@@ -110,6 +130,29 @@ class TrainConfig(BaseModel):
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} micro-batches"
             )
         return self
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _split_urls(cls, v: Any) -> Any:
+        if isinstance(v, str) and "," in v:  # --base_url http://a/v1,http://b/v1
+            return [u.strip() for u in v.split(",") if u.strip()]
+        return v
+
+    @model_validator(mode="after")
+    def _servers(self) -> TrainConfig:
+        if self.vllm is not None and self.base_url is not None:
+            raise ValueError("set either base_url (servers you started) or [vllm] (vf-train starts them), not both")
+        if isinstance(self.base_url, list) and not self.base_url:
+            raise ValueError("base_url is an empty list: give one URL or more, or leave it out for the embedded engine")
+        if self.weight_sync != "auto" and self.base_url is None and self.vllm is None:
+            raise ValueError(f"weight_sync = {self.weight_sync!r} is for vLLM servers: set base_url or [vllm]")
+        return self
+
+    @property
+    def base_urls(self) -> list[str]:
+        if self.base_url is None:
+            return []
+        return [self.base_url] if isinstance(self.base_url, str) else list(self.base_url)
 
     @property
     def rows_per_step(self) -> int:

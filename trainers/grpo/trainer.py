@@ -48,10 +48,12 @@ from trainers.grpo.losses import LossNormalizer, expert_count, mask_truncated
 from trainers.grpo.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
 from trainers.grpo.store import ExperienceStore
 from trainers.grpo.weight_sync import WeightSync, make_weight_sync
-from verifiers.errors import ConfigError
+from verifiers.errors import ConfigError, ServerError
 from verifiers.types import RolloutResult
 
 COLUMNS = ("result", "reward")
+SERVER_ERRORS = {"ServerError", "ModelTimeoutError", "RolloutTimeoutError", "EmptyResponseError"}
+"""Rollout errors that mean the inference server is gone or stuck, not that the environment is wrong."""
 
 
 @dataclass
@@ -86,8 +88,7 @@ class GRPOTrainer:
         self._committing = False
 
     # -- setup -----------------------------------------------------------------------------
-    def _load_model(self) -> tuple[Any, Any]:
-        from verifiers.inference.loading import load_model_and_tokenizer
+    def _model_path(self) -> str:
         from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
 
         path = self.cfg.model
@@ -95,7 +96,37 @@ class GRPOTrainer:
             path = str(self.out / "base_model")
             if not (Path(path) / "config.json").is_file():
                 save_tiny_model(path, TinyModelSpec(**self.cfg.tiny_model.model_dump()))
-        return load_model_and_tokenizer(path)
+        return path
+
+    def _load_model(self) -> tuple[Any, Any]:
+        from verifiers.inference.loading import load_model_and_tokenizer
+
+        return load_model_and_tokenizer(self._model_path())
+
+    def _start_managed_servers(self) -> list[str] | None:
+        """``[vllm]``: start the servers this run trains against (stopped in `_stop_servers`)."""
+        if self.cfg.vllm is None:
+            return None
+        from verifiers.inference.vllm_server import VLLMServerSpec, start_servers
+
+        v = self.cfg.vllm
+        if v.cpu_cores is not None and len(v.cpu_cores) != v.num_servers:
+            raise ConfigError(f"vllm.cpu_cores has {len(v.cpu_cores)} entries for {v.num_servers} servers")
+        specs = [VLLMServerSpec(model_dir=self._model_path(), served_model_name=self.cfg.server_model_name,
+                                kv_cache_gib=v.kv_cache_gib, cpu_cores=v.cpu_cores[i] if v.cpu_cores else None,
+                                enable_lora=self.cfg.weight_sync == "lora", max_lora_rank=max(16, self.cfg.lora_r),
+                                extra_args=list(v.extra_args))
+                 for i in range(v.num_servers)]
+        self.console.print(f"starting {v.num_servers} vLLM server(s) (logs: {self.out / 'vllm'})")
+        self.servers = start_servers(specs, log_dir=self.out / "vllm", timeout_s=v.startup_timeout_s)
+        urls = [s.base_url for s in self.servers]
+        self.console.print("vLLM ready: " + ", ".join(urls))
+        return urls
+
+    def _stop_servers(self) -> None:
+        for s in getattr(self, "servers", []):
+            s.stop()
+        self.servers = []
 
     def setup(self) -> None:
         import verifiers as vf
@@ -140,7 +171,8 @@ class GRPOTrainer:
         model = self.accelerator.unwrap_model(self.model)
         if self.ref_model is not None:
             self.ref_model.to(self.accelerator.device)
-        self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out)
+        urls = self._start_managed_servers()
+        self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out, urls)
         env = vf.load_environment(cfg.env_id, **cfg.env_args)
         self.env = env
         rows = self._training_rows(env)
@@ -259,6 +291,10 @@ class GRPOTrainer:
         all_results = [r for rs in groups for r in rs]
         if not rows:
             errors = sorted({r.error.type for r in all_results if r.error})
+            if errors and all(r.error is not None for r in all_results) and set(errors) <= SERVER_ERRORS:
+                first = next(r.error for r in all_results if r.error is not None)
+                raise ServerError(f"every rollout of step {self.step + 1} failed ({', '.join(errors)}): "
+                                  f"{first.message}")
             raise ConfigError(
                 "no rollout in this batch has token data to train on"
                 + (f" (errors: {', '.join(errors)})" if errors else "")
@@ -445,6 +481,12 @@ class GRPOTrainer:
         return metrics
 
     def train(self, resume: str | bool = False) -> TrainSummary:
+        try:
+            return self._train(resume)
+        finally:
+            self._stop_servers()  # managed vLLM servers never outlive the run, whatever ended it
+
+    def _train(self, resume: str | bool) -> TrainSummary:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         cfg = self.cfg
@@ -495,10 +537,12 @@ class GRPOTrainer:
                     t_train = time.perf_counter()
                     metrics.update(self._train_on(batch))
                     self.version += 1
-                    self.sync.after_step(self.version)
-                    self.store.set_policy_version(self.version)
                     self.step += 1
-                    step_start, self._committing = None, False
+                    self.store.set_policy_version(self.version)
+                    step_start = None  # the step is complete: a checkpoint from here on holds it
+                    self.sync.after_step(self.version)
+                    metrics.update(getattr(self.sync, "last", {}))
+                    self._committing = False
                     metrics["staleness"] = float(max(0, self.version - 1 - min(versions)))
                     metrics["policy_version"] = float(self.version)
                     metrics["time/generation_s"] = info["gen_s"]
@@ -521,6 +565,13 @@ class GRPOTrainer:
             path = self._checkpoint(step_start)
             self.console.print(f"[yellow]interrupted at step {self.step}; checkpoint saved to {path}; "
                                f"continue with --resume[/yellow]")
+        except ServerError as exc:
+            # The inference server died or stopped serving our policy: keep everything trained so far.
+            self.generator.cancel_pending()
+            path = self._checkpoint(step_start)
+            self.console.print(f"[red]stopped at step {self.step}: {exc}[/red]")
+            self.console.print(f"checkpoint saved to {path}; once the server is back, continue with --resume")
+            raise ServerError(f"{exc} (stopped at step {self.step}; checkpoint {path}; continue with --resume)") from exc
         finally:
             with contextlib.suppress(ValueError):
                 for sig, handler in previous.items():

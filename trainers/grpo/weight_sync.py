@@ -4,9 +4,10 @@
   model object being trained, so nothing is copied. The engine pauses between decoding
   steps while the optimizer writes the parameters, then the weight version is bumped and
   every later response reports it.
-- `DiskReloadSync` (``base_url`` set): an external `vf-serve` (or any server with
-  ``POST /weights/reload``) reloads a ``save_pretrained`` directory the trainer writes.
-  It is the portable fallback; vLLM's NCCL weight transfer is not implemented yet.
+- `DiskReloadSync` (``base_url`` is a `vf-serve`): the server reloads a ``save_pretrained``
+  directory the trainer writes (``POST /weights/reload``).
+- `trainers.grpo.vllm_sync.VLLMSync` (``base_url`` is vLLM, or ``[vllm]`` managed servers):
+  checkpoint reload, NCCL weight transfer or LoRA adapter, verified by a logprob probe.
 
 Policy versions are the trainer's own count of optimizer steps (one per training step), so
 they survive server restarts and resumes; the server is told the version with the weights.
@@ -38,14 +39,16 @@ class WeightSync(Protocol):
     def close(self) -> None: ...
 
 
-def _save(model: Any, tokenizer: Any, path: Path) -> None:
+def save_merged(model: Any, tokenizer: Any | None, path: Path) -> None:
+    """A ``save_pretrained`` directory of the policy (LoRA merged into a copy; the adapter keeps training)."""
     target = model
-    if hasattr(model, "merge_and_unload"):  # LoRA: serve/save the merged weights, keep training the adapter
+    if hasattr(model, "merge_and_unload"):
         import copy
 
         target = copy.deepcopy(model).merge_and_unload()
     target.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
 
 
 class SharedEngineSync:
@@ -81,7 +84,7 @@ class SharedEngineSync:
             self.engine._generator.set_state(state)
 
     def save_final(self, model: Any, tokenizer: Any, path: Path) -> None:
-        _save(model, tokenizer, path)
+        save_merged(model, tokenizer, path)
 
     def close(self) -> None:
         self.engine.stop()
@@ -104,7 +107,7 @@ class DiskReloadSync:
         return contextlib.nullcontext()
 
     def after_step(self, version: int) -> None:
-        _save(self.model, self.tokenizer, self.dir)
+        save_merged(self.model, self.tokenizer, self.dir)
         headers = {"Content-Type": "application/json"}
         key = os.environ.get("OPENAI_API_KEY")
         if key:  # a server started with --api-key guards /weights/reload too
@@ -130,16 +133,41 @@ class DiskReloadSync:
         return None
 
     def save_final(self, model: Any, tokenizer: Any, path: Path) -> None:
-        _save(model, tokenizer, path)
+        save_merged(model, tokenizer, path)
 
     def close(self) -> None:
         return None
 
 
-def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path) -> WeightSync:
-    if cfg.base_url is None:
+def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None) -> WeightSync:
+    """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones)."""
+    urls = urls if urls is not None else cfg.base_urls
+    if not urls:
         return SharedEngineSync(model, tokenizer, model_name=cfg.server_model_name,
                                 max_batch_size=cfg.engine_max_batch_size, seed=cfg.seed)
-    if cfg.base_url.startswith("http"):
-        return DiskReloadSync(cfg.base_url, model, tokenizer, out, model_name=cfg.server_model_name)
-    raise ConfigError(f"base_url must be an http(s) URL, got {cfg.base_url!r}")
+    for u in urls:
+        if not u.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must be an http(s) URL, got {u!r}")
+    kind = cfg.server_type
+    if kind == "auto":
+        from verifiers.inference.vllm_admin import VLLMAdmin
+
+        kinds = {"vllm" if VLLMAdmin(u).is_vllm() else "vf-serve" for u in urls}
+        if len(kinds) > 1:
+            raise ConfigError(f"base_url mixes vLLM and other servers ({urls}); use replicas of one kind")
+        kind = kinds.pop()
+    if kind == "vf-serve":
+        if len(urls) > 1:
+            raise ConfigError("several base_urls need vLLM servers (vf-serve replicas are not supported for training)")
+        if cfg.weight_sync not in ("auto", "reload"):
+            raise ConfigError(f"weight_sync = {cfg.weight_sync!r} needs vLLM; vf-serve reloads checkpoints")
+        return DiskReloadSync(urls[0], model, tokenizer, out, model_name=cfg.server_model_name)
+    from trainers.grpo.vllm_sync import VLLMSync
+
+    transport = cfg.weight_sync
+    if transport == "auto":
+        on_gpu = next(model.parameters()).device.type == "cuda"
+        transport = "nccl" if on_gpu else "reload"
+    return VLLMSync(urls, model, tokenizer, out, model_name=cfg.server_model_name, transport=transport,
+                    sync_dir=cfg.sync_dir, verify=cfg.sync_verify, tolerance=cfg.sync_verify_tol,
+                    pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port)

@@ -1,0 +1,225 @@
+"""Weight sync to one or more vLLM servers, verified after every step.
+
+After each optimizer step (`VLLMSync.after_step`):
+
+1. with batches generated ahead, generation is paused (``/pause?mode=wait``: requests in flight
+   finish under the old weights, new ones wait); in synchronous mode nothing is in flight and
+   the servers stay idle until the trainer asks for the next batch;
+2. the new weights reach every server by the configured transport:
+   - ``reload``: the trainer writes a safetensors checkpoint (by default under ``/dev/shm``) and
+     every server reloads it in place (``/collective_rpc`` ``reload_weights``). Works on CPU and
+     GPU; the servers must see the directory (same machine or a shared filesystem);
+   - ``nccl``: vLLM's native weight transfer, a broadcast from the trainer's GPU into every
+     server's workers (`trainers.grpo.nccl_transfer`); GPU only;
+   - ``lora``: only the LoRA adapter is written and (re)loaded as ``<name>-lora``, and requests
+     ask for that adapter (servers started with ``--enable-lora``);
+3. the prefix cache is reset (its KV blocks came from the old weights) and the new policy
+   version is recorded on the server (``/update_weight_version``);
+4. the sync is verified (`trainers.grpo.sync_probe`): each server's logprobs on a fixed probe
+   must equal the trainer's within the tolerance, or the run stops with `WeightSyncError`
+   naming the server, the position and both values; in synchronous mode this happens before
+   any request of the next batch is sent;
+5. generation resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainers.grpo import sync_probe
+from verifiers.errors import ConfigError, WeightSyncError
+from verifiers.inference.vllm_admin import VLLMAdmin
+
+TRANSPORTS = ("reload", "nccl", "lora")
+
+
+def default_sync_dir(out: Path) -> Path:
+    """A fresh directory in shared memory when there is one (no disk writes per step), else under the run."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return Path(tempfile.mkdtemp(prefix="verifiers-sync-", dir=shm))
+    return out / "sync_weights"
+
+
+class VLLMSync:
+    """`WeightSync` for vLLM servers (see module doc)."""
+
+    def __init__(self, base_urls: Sequence[str], model: Any, tokenizer: Any, out: Path, *, model_name: str,
+                 transport: str = "reload", sync_dir: str | None = None, verify: bool = True,
+                 tolerance: float | None = None, pause: bool = False, api_key: str | None = None,
+                 nccl_port: int = 0) -> None:
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"weight_sync for vLLM must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        if transport == "lora" and not hasattr(model, "peft_config"):
+            raise ConfigError("weight_sync = 'lora' syncs the LoRA adapter only: set lora = true")
+        self.admins = [VLLMAdmin(u, api_key=api_key) for u in base_urls]
+        self.model, self.tokenizer = model, tokenizer
+        self.transport = transport
+        self.served_name = model_name
+        self.model_name = f"{model_name}-lora" if transport == "lora" else model_name
+        self.verify = verify
+        self.tolerance = tolerance if tolerance is not None else sync_probe.default_tolerance(
+            next(model.parameters()).dtype)
+        self.pause = pause
+        self._own_dir = sync_dir is None
+        self.dir = Path(sync_dir) if sync_dir else default_sync_dir(out)
+        self.probe_ids = sync_probe.probe_token_ids(tokenizer)
+        self._last_probe: list[float] | None = None
+        self.last: dict[str, float] = {}
+        self._nccl: Any = None
+        self._nccl_port = nccl_port
+        self._check_servers()
+
+    def _check_servers(self) -> None:
+        for a in self.admins:
+            names = a.served_models()
+            if self.served_name not in names:
+                raise ConfigError(
+                    f"{a.root} serves {names}, not {self.served_name!r}: start it with "
+                    f"--served-model-name {self.served_name} (vf-vllm's default is 'policy'), "
+                    "or set server_model_name"
+                )
+
+    # -- WeightSync ---------------------------------------------------------------------------
+    def make_client(self) -> Any:
+        import verifiers as vf
+        from verifiers.clients.balanced import AffinityClient
+
+        clients = [vf.make_client(a.base_url, api_key=a.api_key) for a in self.admins]
+        if len(clients) == 1:
+            return clients[0]
+        from verifiers.clients.openai_client import as_chat_client
+
+        return AffinityClient([as_chat_client(c) for c in clients], [self.model_name] * len(clients),
+                              names=[a.root for a in self.admins])
+
+    def updating(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # the servers hold their own copy; the optimizer touches ours only
+
+    @contextlib.contextmanager
+    def _paused(self) -> Iterator[None]:
+        if not self.pause:
+            yield
+            return
+        for a in self.admins:
+            a.pause()
+        try:
+            yield
+        finally:
+            for a in self.admins:
+                with contextlib.suppress(Exception):
+                    a.resume()
+
+    def after_step(self, version: int) -> None:
+        t0 = time.perf_counter()
+        with self._paused():
+            pushed = self._push(version)
+            t_push = time.perf_counter() - t0
+            for a in self.admins:
+                a.reset_prefix_cache()
+                a.set_weight_version(version)
+            checked = self._verify(version) if self.verify else {}
+        self.last = {"sync/seconds": time.perf_counter() - t0, "sync/push_s": t_push, **pushed, **checked}
+
+    def on_resume(self, version: int) -> None:
+        # A restarted server holds the initial weights, a surviving one maybe newer: push ours.
+        self.after_step(version)
+
+    def rng_state(self) -> Any:
+        return None
+
+    def set_rng_state(self, state: Any) -> None:
+        return None
+
+    def save_final(self, model: Any, tokenizer: Any, path: Path) -> None:
+        from trainers.grpo.weight_sync import save_merged
+
+        save_merged(model, tokenizer, path)
+
+    def close(self) -> None:
+        if self._nccl is not None:
+            self._nccl.close()
+            self._nccl = None
+        if self._own_dir and self.dir.is_dir() and str(self.dir).startswith("/dev/shm/"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- transports ---------------------------------------------------------------------------
+    def _push(self, version: int) -> dict[str, float]:
+        if self.transport == "reload":
+            return self._push_reload()
+        if self.transport == "lora":
+            return self._push_lora()
+        return self._push_nccl(version)
+
+    def _push_reload(self) -> dict[str, float]:
+        from safetensors.torch import save_file
+
+        from trainers.grpo.weight_export import export_weights
+
+        t0 = time.perf_counter()
+        # Our own file rather than save_pretrained: a tied lm_head must be written out. vLLM's
+        # in-place (layerwise) reload does not re-tie it, so without the key the server keeps the
+        # old output embedding (caught by the probe; see docs/scaling.md).
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / "model.safetensors.tmp"
+        save_file({n: t.cpu() for n, t in export_weights(self.model, include_tied=True)}, str(tmp),
+                  metadata={"format": "pt"})
+        tmp.replace(self.dir / "model.safetensors")
+        t_save = time.perf_counter() - t0
+        for a in self.admins:
+            a.reload_weights(str(self.dir.resolve()))
+        return {"sync/save_s": t_save}
+
+    def _push_lora(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        self.model.save_pretrained(self.dir)  # peft: the adapter only
+        t_save = time.perf_counter() - t0
+        for a in self.admins:
+            a.load_lora(self.model_name, str(self.dir.resolve()))
+        return {"sync/save_s": t_save}
+
+    def _push_nccl(self, version: int) -> dict[str, float]:
+        from trainers.grpo.nccl_transfer import NCCLWeightSender
+        from trainers.grpo.weight_export import export_weights
+
+        if self._nccl is None:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("weight_sync = 'nccl' needs the trainer on a CUDA GPU; use 'reload' on CPU")
+            from verifiers.inference.vllm_server import free_port
+
+            self._nccl = NCCLWeightSender(self.admins, master_address="127.0.0.1",
+                                          master_port=self._nccl_port or free_port())
+            self._nccl.init()
+        stats = self._nccl.send(export_weights(self.model), version)
+        return {f"sync/{k}": float(v) for k, v in stats.items()}
+
+    # -- verification -------------------------------------------------------------------------
+    def _verify(self, version: int) -> dict[str, float]:
+        trained = sync_probe.trainer_logprobs(self.model, self.probe_ids)
+        worst = 0.0
+        for a in self.admins:
+            served = a.prompt_logprobs(self.model_name, self.probe_ids)
+            check = sync_probe.compare(a.root, served, trained)
+            worst = max(worst, check.max_abs_diff)
+            if not check.ok(self.tolerance):
+                tok = self.probe_ids[check.position + 1] if check.position >= 0 else None
+                raise WeightSyncError(
+                    f"after syncing policy version {version} ({self.transport}), {a.root} does not serve the "
+                    f"trained weights: its logprobs on the probe differ from the trainer's by up to "
+                    f"{check.max_abs_diff:.3g} (tolerance {self.tolerance:g}) at position {check.position + 1} "
+                    f"(token id {tok}): served {check.served:.6f}, trainer {check.trained:.6f}. Check that the "
+                    "server runs the same checkpoint and dtype, that it can read the sync directory "
+                    f"({self.dir}), and its log"
+                )
+        change = sync_probe.max_change(self._last_probe, trained)
+        self._last_probe = trained
+        return {"sync/probe_max_abs_diff": worst, "sync/probe_change": change}
