@@ -37,6 +37,10 @@ class ServerError(ModelError):
     """The server kept answering 5xx (or dropped the connection) after every retry."""
 
 
+class ServerUnreachableError(ServerError):
+    """The server could not be reached at all (connection refused or dropped): it is down, not failing."""
+
+
 class WeightSyncError(ServerError):
     """After a weight sync, the server's policy is not the trainer's (a verified sync failed)."""
 

@@ -172,7 +172,8 @@ class GRPOTrainer:
         if self.ref_model is not None:
             self.ref_model.to(self.accelerator.device)
         urls = self._start_managed_servers()
-        self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out, urls)
+        self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out, urls,
+                                                 log=self.console.print)
         env = vf.load_environment(cfg.env_id, **cfg.env_args)
         self.env = env
         rows = self._training_rows(env)

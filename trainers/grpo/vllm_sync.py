@@ -29,12 +29,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainers.grpo import sync_probe
-from verifiers.errors import ConfigError, WeightSyncError
+from verifiers.clients.balanced import AffinityClient
+from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
 
 TRANSPORTS = ("reload", "nccl", "lora")
@@ -54,7 +55,7 @@ class VLLMSync:
     def __init__(self, base_urls: Sequence[str], model: Any, tokenizer: Any, out: Path, *, model_name: str,
                  transport: str = "reload", sync_dir: str | None = None, verify: bool = True,
                  tolerance: float | None = None, pause: bool = False, api_key: str | None = None,
-                 nccl_port: int = 0) -> None:
+                 nccl_port: int = 0, log: Callable[[str], None] = print) -> None:
         if transport not in TRANSPORTS:
             raise ConfigError(f"weight_sync for vLLM must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if transport == "lora" and not hasattr(model, "peft_config"):
@@ -75,6 +76,8 @@ class VLLMSync:
         self.last: dict[str, float] = {}
         self._nccl: Any = None
         self._nccl_port = nccl_port
+        self._client: AffinityClient | None = None
+        self.log = log
         self._check_servers()
 
     def _check_servers(self) -> None:
@@ -90,15 +93,15 @@ class VLLMSync:
     # -- WeightSync ---------------------------------------------------------------------------
     def make_client(self) -> Any:
         import verifiers as vf
-        from verifiers.clients.balanced import AffinityClient
 
         clients = [vf.make_client(a.base_url, api_key=a.api_key) for a in self.admins]
         if len(clients) == 1:
             return clients[0]
         from verifiers.clients.openai_client import as_chat_client
 
-        return AffinityClient([as_chat_client(c) for c in clients], [self.model_name] * len(clients),
-                              names=[a.root for a in self.admins])
+        self._client = AffinityClient([as_chat_client(c) for c in clients], [self.model_name] * len(clients),
+                                      names=[a.base_url for a in self.admins])
+        return self._client
 
     def updating(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # the servers hold their own copy; the optimizer touches ours only
@@ -118,6 +121,15 @@ class VLLMSync:
                     a.resume()
 
     def after_step(self, version: int) -> None:
+        for attempt in range(len(self.admins)):
+            try:
+                self._sync(version)
+                return
+            except ServerUnreachableError as exc:
+                if not self._drop_unreachable(exc) or attempt + 1 == len(self.admins):
+                    raise
+
+    def _sync(self, version: int) -> None:
         t0 = time.perf_counter()
         with self._paused():
             pushed = self._push(version)
@@ -126,7 +138,24 @@ class VLLMSync:
                 a.reset_prefix_cache()
                 a.set_weight_version(version)
             checked = self._verify(version) if self.verify else {}
-        self.last = {"sync/seconds": time.perf_counter() - t0, "sync/push_s": t_push, **pushed, **checked}
+        self.last = {"sync/seconds": time.perf_counter() - t0, "sync/push_s": t_push, **pushed, **checked,
+                     "sync/servers": float(len(self.admins))}
+        if self._client is not None:  # requests each replica has answered so far (balance, failover)
+            for name, n in zip(self._client.names, self._client.requests, strict=True):
+                self.last[f"servers/{name}/requests"] = float(n)
+            self.last["servers/failovers"] = float(self._client.failovers)
+
+    def _drop_unreachable(self, exc: ServerUnreachableError) -> bool:
+        """Fail over: forget servers that are down, if any is left (else the run must stop)."""
+        down = [a for a in self.admins if not a.healthy()]
+        if not down or len(down) == len(self.admins):
+            return False
+        for a in down:
+            self.admins.remove(a)
+            if self._client is not None:
+                self._client.retire(a.base_url)
+            self.log(f"[yellow]{a.root} is down ({exc}); continuing with {len(self.admins)} server(s)[/yellow]")
+        return True
 
     def on_resume(self, version: int) -> None:
         # A restarted server holds the initial weights, a surviving one maybe newer: push ours.

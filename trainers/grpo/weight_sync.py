@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -139,7 +139,8 @@ class DiskReloadSync:
         return None
 
 
-def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None) -> WeightSync:
+def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None,
+                     log: Callable[[str], None] = print) -> WeightSync:
     """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones)."""
     urls = urls if urls is not None else cfg.base_urls
     if not urls:
@@ -170,4 +171,4 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
         transport = "nccl" if on_gpu else "reload"
     return VLLMSync(urls, model, tokenizer, out, model_name=cfg.server_model_name, transport=transport,
                     sync_dir=cfg.sync_dir, verify=cfg.sync_verify, tolerance=cfg.sync_verify_tol,
-                    pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port)
+                    pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port, log=log)

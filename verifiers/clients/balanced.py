@@ -57,6 +57,12 @@ class AffinityClient:
         self.failovers = 0
         self._home: OrderedDict[str, int] = OrderedDict()
 
+    def retire(self, name: str) -> None:
+        """Never send to ``name`` again (the trainer found it down); its conversations move on their next turn."""
+        for i, n in enumerate(self.names):
+            if n == name:
+                self.down_until[i] = float("inf")
+
     def _live(self, i: int) -> bool:
         return time.monotonic() >= self.down_until[i]
 

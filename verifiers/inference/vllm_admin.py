@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from verifiers.errors import ServerError
+from verifiers.errors import ServerError, ServerUnreachableError
 
 
 def server_root(base_url: str) -> str:
@@ -57,7 +57,7 @@ class VLLMAdmin:
                 hint = " (is the server vLLM, started in dev mode? `vf-vllm` sets VLLM_SERVER_DEV_MODE=1)"
             raise ServerError(f"{method} {self.root}{path} failed with HTTP {exc.code}: {detail}{hint}") from None
         except OSError as exc:
-            raise ServerError(f"{method} {self.root}{path} failed: {exc} (is the server running?)") from None
+            raise ServerUnreachableError(f"{method} {self.root}{path} failed: {exc} (is the server running?)") from None
         if not raw.strip():
             return None
         try:
@@ -72,6 +72,13 @@ class VLLMAdmin:
         return self._request("POST", path, body if body is not None else {}, timeout)
 
     # -- what the trainer needs --------------------------------------------------------------
+    def healthy(self) -> bool:
+        try:
+            self.get("/health", timeout=5)
+        except ServerError:
+            return False
+        return True
+
     def is_vllm(self) -> bool:
         """vLLM answers ``GET /version`` with its version; our `vf-serve` does not have that route."""
         try:

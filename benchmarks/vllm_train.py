@@ -1,0 +1,86 @@
+"""Seconds per training step on the Quickstart task: in-process engine vs one vLLM server vs two.
+
+All three runs are `vf-train examples/configs/quickstart_vllm.toml` (letter-repeat, the same
+tiny model, 8 prompts x 8 samples, 4 tokens), for ``--steps`` steps each, differing only in
+the inference backend:
+
+- ``inprocess``: the embedded engine sharing the model object with the learner (no `[vllm]`);
+- ``vllm_1``: one managed vLLM server, weights reloaded from /dev/shm and verified by the probe
+  after every step;
+- ``vllm_2``: two managed vLLM servers (one core each), conversations balanced across them.
+
+Per-step times come from each run's metrics.jsonl (``time/step_s``, the first ``--skip`` steps
+left out as warm-up); server start-up is not in them and is reported apart. ``sync_s`` is the
+whole weight sync (write, reload, cache reset, version, probe), ``push_s`` the write + reload.
+The last line printed is one JSON object.
+
+    python benchmarks/vllm_train.py [--steps 40] [--skip 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "examples" / "configs" / "quickstart_vllm.toml"
+RUNS = {
+    "inprocess": ["--vllm", "null"],
+    "vllm_1": [],
+    "vllm_2": ["--vllm.num_servers", "2", "--vllm.cpu_cores", '["0", "1"]'],
+}
+
+
+def run(name: str, extra: list[str], steps: int, skip: int, tmp: Path) -> dict[str, float]:
+    out = tmp / name
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.grpo.cli", str(CONFIG), "--output_dir", str(out), "--max_steps", str(steps),
+         "--progress", "false", "--plot", "false", "--num_sample_completions", "0", "--save_every", "0", *extra],
+        capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+    all_rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = all_rows[skip:]
+    stepping_s = sum(r["time/step_s"] for r in all_rows)
+
+    def mean(key: str) -> float | None:
+        vals = [r[key] for r in rows if key in r]
+        return round(statistics.fmean(vals), 4) if vals else None
+
+    res = {"s_per_step": mean("time/step_s"), "generation_s": mean("time/generation_s"),
+           "train_s": mean("time/train_s"), "sync_s": mean("sync/seconds"), "push_s": mean("sync/push_s"),
+           "probe_max_abs_diff": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=0.0),
+           "startup_and_overhead_s": round(wall - stepping_s, 1)}
+    print(f"{name}: {res['s_per_step']:.3f} s/step (sync {res['sync_s']}) ", flush=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--skip", type=int, default=5)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {name: run(name, extra, a.steps, a.skip, Path(tmp)) for name, extra in RUNS.items()}
+    base = results["inprocess"]["s_per_step"]
+    out = {
+        **results,
+        "vllm_1_vs_inprocess": round(results["vllm_1"]["s_per_step"] / base, 3),
+        "vllm_2_vs_inprocess": round(results["vllm_2"]["s_per_step"] / base, 3),
+        "vllm_2_vs_vllm_1": round(results["vllm_2"]["s_per_step"] / results["vllm_1"]["s_per_step"], 3),
+        "steps": a.steps,
+        "every_sync_verified": all(r["probe_max_abs_diff"] <= 1e-3 for k, r in results.items() if k != "inprocess"),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""A multi-turn tool rollout through vLLM's own tool-call parser, token-exact.
+
+A random tiny model never emits a well-formed tool call, so this test first teaches one to
+(a few seconds of supervised training on one conversation rendered by its chat template),
+then serves it with vLLM (``--enable-auto-tool-choice --tool-call-parser hermes``). vLLM
+parses the ``<tool_call>`` the model samples into ``tool_calls``; the environment runs the
+tool and sends its result back; the model answers. Every turn's prompt must extend the
+previous turn's prompt + sampled ids exactly, and the trainer's loss mask must cover exactly
+the model's own tokens of both turns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import verifiers as vf
+
+TABLE = {"k7": "violet"}
+
+
+def lookup(key: str) -> str:
+    """Look a key up in the table.
+
+    Args:
+        key: The key to look up.
+    """
+    return TABLE.get(key, "missing")
+
+
+def make_env() -> vf.ToolEnv:
+    return vf.ToolEnv(tools=[lookup], max_turns=3, rubric=vf.Rubric(funcs=[]),
+                      dataset=[{"question": "What is stored under k7?", "answer": "violet"}])
+
+
+def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
+    """Supervised training on the one conversation until greedy decoding reproduces it."""
+    import torch
+
+    from trainers.grpo.batch import expert_rows
+    from verifiers.inference.loading import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(model_dir)
+    prompt = env.get_dataset().rows[0]["prompt"]
+    call = {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": {"key": "k7"}}}
+    conv = [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": "violet", "tool_call_id": "call_0"},
+            {"role": "assistant", "content": "violet"}]
+    # expert_rows renders through the chat template; the tools block is part of the system turn.
+    tok_tools = _with_tools(tok, env.oai_tools)
+    (row,) = expert_rows(tok_tools, [conv], 4096)
+    ids = torch.tensor([row.input_ids])
+    mask = torch.tensor([row.loss_mask], dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(600):
+        logits = model(input_ids=ids).logits[0, :-1].float()
+        loss = (torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none") * mask[0]).sum() / mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 2e-3:
+            break
+    assert loss.item() < 5e-3, f"the tiny model did not learn the conversation (loss {loss.item():.4f})"
+    model.eval()
+    model.save_pretrained(model_dir)
+
+
+class _ToolsTokenizer:
+    """The tokenizer with ``tools`` always passed to its chat template (what the server does)."""
+
+    def __init__(self, tok: Any, tools: list[dict[str, Any]]) -> None:
+        self._tok, self._tools = tok, tools
+
+    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["tools"] = self._tools
+        return self._tok.apply_chat_template(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tok, name)
+
+
+def _with_tools(tok: Any, tools: list[dict[str, Any]]) -> Any:
+    return _ToolsTokenizer(tok, tools)
+
+
+@pytest.mark.slow
+def test_tool_rollout_through_vllm_is_token_exact(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any) -> None:
+    from trainers.grpo.batch import row_from_result
+    from verifiers.inference.tiny import save_tiny_model
+    from verifiers.inference.vllm_server import VLLMServer
+
+    env = make_env()
+    model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
+    teach_tool_use(model_dir, env)
+    spec = server_spec(model_dir)
+    spec.extra_args += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    with VLLMServer(spec, log_path=tmp_path / "vllm.log") as server:
+        client = vf.make_client(server.base_url)
+        out = env.evaluate(client, "policy", num_examples=1, rollouts_per_example=2,
+                           sampling_args={"temperature": 0.0, "max_tokens": 64, "logprobs": True,
+                                          "extra_body": {"return_token_ids": True}})
+    for r in out.results:
+        assert r.error is None, r.error
+        assistant = [m for m in r.completion if m["role"] == "assistant"]
+        # vLLM's parser turned the sampled markup into a tool call; the tool ran; the model answered.
+        (call,) = assistant[0]["tool_calls"]
+        assert call["function"]["name"] == "lookup"
+        tool_msgs = [m for m in r.completion if m["role"] == "tool"]
+        assert [m["content"] for m in tool_msgs] == ["violet"]
+        assert assistant[-1]["content"] == "violet"
+        assert len(r.tokens) == 2
+        first, second = r.tokens
+        assert second.prompt_ids[: len(first.prompt_ids) + len(first.completion_ids)] == (
+            first.prompt_ids + first.completion_ids)
+        seq = r.token_sequence()
+        assert seq.prefix_consistent
+        row = row_from_result(r, 0, 4096, "truncate")
+        assert row is not None
+        trained = [row.input_ids[i + 1] for i, m in enumerate(row.loss_mask) if m]
+        assert trained == first.completion_ids + second.completion_ids

@@ -1,0 +1,162 @@
+"""`vf-train` against real vLLM servers: learning, a verified sync every step, failover, kill and resume.
+
+The runs use examples/configs/quickstart_vllm.toml as shipped (letter-repeat on a random tiny
+model), with only the output directory, the step budget and the servers overridden.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifiers.inference.tiny import save_tiny_model
+from verifiers.inference.vllm_admin import VLLMAdmin
+from verifiers.inference.vllm_server import VLLMServer, free_port, start_servers
+
+QUICKSTART_VLLM = Path(__file__).resolve().parents[2] / "examples" / "configs" / "quickstart_vllm.toml"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+STEPS = 180  # quickstart_vllm goes from ~0.02 to ~0.9 mean reward in about 120 steps
+QUIET = ["--progress", "false", "--plot", "false", "--num_sample_completions", "0"]
+
+
+def vf_train(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "trainers.grpo.cli", str(QUICKSTART_VLLM), *args, *QUIET],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def metrics(out: Path) -> list[dict[str, Any]]:
+    path = out / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+
+
+def assert_learned(rows: list[dict[str, Any]]) -> None:
+    rewards = [r["reward"] for r in rows]
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert first <= 0.2 and last >= 0.8, f"reward {first:.3f} -> {last:.3f}"
+
+
+def assert_every_sync_verified(rows: list[dict[str, Any]]) -> None:
+    assert all(r["sync/probe_max_abs_diff"] <= 1e-3 for r in rows)
+    # The check can see a step: the probe moves by far more than the tolerance as the policy learns.
+    assert max(r["sync/probe_change"] for r in rows) > 1e-2
+
+
+def probe_matches_final_model(server_url: str, final_model: Path) -> float:
+    from trainers.grpo import sync_probe
+    from verifiers.inference.loading import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(final_model)
+    ids = sync_probe.probe_token_ids(tok)
+    served = VLLMAdmin(server_url).prompt_logprobs("policy", ids)
+    return sync_probe.compare(server_url, served, sync_probe.trainer_logprobs(model, ids)).max_abs_diff
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, tiny_vllm_spec: Any) -> Path:
+    return save_tiny_model(tmp_path / "model", tiny_vllm_spec)
+
+
+def test_learns_against_one_server_and_it_serves_the_final_model(model_dir: Path, tmp_path: Path,
+                                                                   child_env: dict[str, str], server_spec: Any) -> None:
+    out = tmp_path / "run"
+    with VLLMServer(server_spec(model_dir), log_path=tmp_path / "vllm.log") as server:
+        proc = vf_train(["--vllm", "null", "--model", str(model_dir), "--base_url", server.base_url,
+                         "--output_dir", str(out), "--max_steps", str(STEPS), "--save_every", "0"], child_env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = metrics(out)
+        assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+        assert_learned(rows)
+        assert_every_sync_verified(rows)
+        assert all(r["rollouts/errors"] == 0 for r in rows)
+        # After training, vLLM serves exactly the weights in output_dir/final_model.
+        assert probe_matches_final_model(server.base_url, out / "final_model") <= 1e-4
+        assert VLLMAdmin(server.base_url).weight_version() == str(STEPS)
+
+
+def test_learns_against_two_managed_servers(tmp_path: Path, child_env: dict[str, str]) -> None:
+    out = tmp_path / "run"
+    proc = vf_train(["--output_dir", str(out), "--max_steps", str(STEPS), "--save_every", "0",
+                     "--vllm.num_servers", "2", "--vllm.cpu_cores", '["0", "1"]'], child_env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = metrics(out)
+    assert len(rows) == STEPS
+    assert_learned(rows)
+    assert_every_sync_verified(rows)
+    assert all(r["sync/servers"] == 2 for r in rows)
+    counts = [v for k, v in rows[-1].items() if k.startswith("servers/") and k.endswith("/requests")]
+    assert len(counts) == 2 and min(counts) > 0.25 * sum(counts), counts  # both replicas did real work
+    # The managed servers are gone with the run.
+    for log in sorted((out / "vllm").glob("vllm-*.log")):
+        assert "Application startup complete" in log.read_text()
+
+
+def _wait_rows(out: Path, proc: subprocess.Popen[str], n: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while len(metrics(out)) < n:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "training made no progress"
+        time.sleep(0.2)
+
+
+def test_killed_server_stops_with_a_clear_error_and_resume_finishes(model_dir: Path, tmp_path: Path,
+                                                                    child_env: dict[str, str], server_spec: Any) -> None:
+    out, port, steps = tmp_path / "run", free_port(), 16
+    args = ["--vllm", "null", "--model", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
+            "--save_every", "4", "--base_url", f"http://127.0.0.1:{port}/v1"]
+    server = VLLMServer(server_spec(model_dir, port=port), log_path=tmp_path / "vllm-a.log").start()
+    proc = subprocess.Popen([sys.executable, "-m", "trainers.grpo.cli", str(QUICKSTART_VLLM), *args, *QUIET],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
+    try:
+        _wait_rows(out, proc, 6)
+        server.kill()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        server.stop()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert f"127.0.0.1:{port}" in err and "--resume" in err and "Traceback" not in err
+    stopped_at = len(metrics(out))
+    assert 6 <= stopped_at < steps
+    # A new server on the same address; the run continues from its checkpoint to the end.
+    with VLLMServer(server_spec(model_dir, port=port), log_path=tmp_path / "vllm-b.log") as server2:
+        proc2 = vf_train([*args, "--resume"], child_env)
+        assert proc2.returncode == 0, proc2.stderr[-3000:]
+        rows = metrics(out)
+        assert rows[-1]["step"] == steps
+        assert_every_sync_verified([r for r in rows if r["step"] > stopped_at])
+        assert probe_matches_final_model(server2.base_url, out / "final_model") <= 1e-4
+
+
+def test_a_dead_replica_fails_over_to_the_other(model_dir: Path, tmp_path: Path,
+                                                child_env: dict[str, str], server_spec: Any) -> None:
+    out, steps = tmp_path / "run", 14
+    servers = start_servers([server_spec(model_dir, cpu_cores="0"), server_spec(model_dir, cpu_cores="1")],
+                            log_dir=tmp_path / "logs")
+    try:
+        urls = ",".join(s.base_url for s in servers)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainers.grpo.cli", str(QUICKSTART_VLLM), "--vllm", "null", "--model",
+             str(model_dir), "--output_dir", str(out), "--max_steps", str(steps), "--base_url", urls, *QUIET],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
+        _wait_rows(out, proc, 4)
+        servers[1].kill()
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+    finally:
+        for s in servers:
+            s.stop()
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert rows[0]["sync/servers"] == 2 and rows[-1]["sync/servers"] == 1
+    assert "is down" in stdout
+    assert_every_sync_verified(rows)
+    # No rollout was lost: requests that hit the dead server were answered by the live one.
+    assert sum(r["rollouts/errors"] for r in rows) == 0
