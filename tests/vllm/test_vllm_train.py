@@ -160,3 +160,18 @@ def test_a_dead_replica_fails_over_to_the_other(model_dir: Path, tmp_path: Path,
     assert_every_sync_verified(rows)
     # No rollout was lost: requests that hit the dead server were answered by the live one.
     assert sum(r["rollouts/errors"] for r in rows) == 0
+
+
+def test_a_server_on_another_checkpoint_is_refused_before_training(model_dir: Path, tmp_path: Path,
+                                                                   child_env: dict[str, str], tiny_vllm_spec: Any,
+                                                                   server_spec: Any) -> None:
+    """The first check runs before any sample is drawn: a server started on other weights fails it."""
+    other = save_tiny_model(tmp_path / "other", tiny_vllm_spec.model_copy(update={"seed": 1}))
+    out = tmp_path / "run"
+    with VLLMServer(server_spec(other), log_path=tmp_path / "vllm.log") as server:
+        proc = vf_train(["--vllm", "null", "--model", str(model_dir), "--base_url", server.base_url,
+                         "--output_dir", str(out), "--max_steps", "3"], child_env)
+    assert proc.returncode == 1
+    assert "does not serve the trained weights" in proc.stderr and "probe" in proc.stderr
+    assert "policy version 0" in proc.stderr
+    assert metrics(out) == []  # not one step trained on the wrong policy's samples

@@ -86,11 +86,12 @@ class TrainConfig(BaseModel):
     vllm: ManagedVLLMConfig | None = Field(None, description="start vLLM servers for this run (instead of base_url)")
     server_type: Literal["auto", "vllm", "vf-serve"] = Field("auto", description="auto: ask the server")
     weight_sync: Literal["auto", "reload", "nccl", "lora"] = Field(
-        "auto", description="vLLM: nccl on a GPU, else reload; lora = the adapter only")
+        "auto", description="vLLM: nccl (GPU trainer, remote servers) or reload (same machine); lora = adapter only")
     sync_dir: str | None = Field(None, description="reload: checkpoint directory the servers read (default /dev/shm)")
     sync_verify: bool = Field(True, description="compare served and trained logprobs on a probe after every sync")
     sync_verify_tol: float | None = Field(None, gt=0, description="default 1e-3 (float32), 0.1 (16-bit)")
     nccl_port: int = Field(0, ge=0, description="nccl: rendezvous port on the trainer (0 = a free one)")
+    nccl_address: str | None = Field(None, description="nccl: this host's address the servers reach (default: routed)")
     server_model_name: str = "policy"
     engine_max_batch_size: int = Field(256, ge=1)
 

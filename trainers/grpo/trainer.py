@@ -442,11 +442,12 @@ class GRPOTrainer:
         }
         return save_checkpoint(self.out / "checkpoints", self.step, payload, keep=self.cfg.keep_checkpoints)
 
-    def _resume(self, where: str | bool) -> None:
+    def _resume(self, where: str | bool) -> bool:
+        """Load the checkpoint; False when there is none (the run starts fresh)."""
         path = latest_checkpoint(self.out / "checkpoints") if where is True else Path(str(where))
         if path is None:
             self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
-            return
+            return False
         state = load_checkpoint(path)
         self.accelerator.unwrap_model(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -460,6 +461,7 @@ class GRPOTrainer:
         self.sync.on_resume(self.version)
         self.reward_history = list(state.get("reward_history", []))
         self.console.print(f"resumed from {path} at step {self.step}")
+        return True
 
     def _samples(self, groups: list[list[RolloutResult]]) -> list[tuple[str, str, float]]:
         rows = []
@@ -492,8 +494,8 @@ class GRPOTrainer:
 
         cfg = self.cfg
         self.setup()
-        if resume:
-            self._resume(resume)
+        if not (resume and self._resume(resume)):
+            self.sync.on_start(self.version)
         logger = MetricsLogger(self.out, cfg.report_to, run_name=self.out.name, config=cfg.model_dump(mode="json"),
                                resume_step=self.step if resume else None)
         t0 = time.perf_counter()

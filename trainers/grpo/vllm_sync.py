@@ -49,13 +49,26 @@ def default_sync_dir(out: Path) -> Path:
     return out / "sync_weights"
 
 
+def route_address(admins: Sequence[VLLMAdmin]) -> str:
+    """This host's address as the first server sees it (the NCCL rendezvous must be reachable from it)."""
+    import socket
+    import urllib.parse
+
+    host = urllib.parse.urlparse(admins[0].root).hostname or "127.0.0.1"
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))  # no packet is sent: this only picks the outgoing interface
+        return str(s.getsockname()[0])
+
+
 class VLLMSync:
     """`WeightSync` for vLLM servers (see module doc)."""
 
     def __init__(self, base_urls: Sequence[str], model: Any, tokenizer: Any, out: Path, *, model_name: str,
                  transport: str = "reload", sync_dir: str | None = None, verify: bool = True,
                  tolerance: float | None = None, pause: bool = False, api_key: str | None = None,
-                 nccl_port: int = 0, log: Callable[[str], None] = print) -> None:
+                 nccl_port: int = 0, nccl_address: str | None = None, log: Callable[[str], None] = print) -> None:
         if transport not in TRANSPORTS:
             raise ConfigError(f"weight_sync for vLLM must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
         if transport == "lora" and not hasattr(model, "peft_config"):
@@ -76,6 +89,7 @@ class VLLMSync:
         self.last: dict[str, float] = {}
         self._nccl: Any = None
         self._nccl_port = nccl_port
+        self.nccl_address = nccl_address
         self._client: AffinityClient | None = None
         self.log = log
         self._check_servers()
@@ -121,12 +135,12 @@ class VLLMSync:
                     a.resume()
 
     def after_step(self, version: int) -> None:
-        for attempt in range(len(self.admins)):
+        while True:  # each retry follows dropping at least one server, so this ends
             try:
                 self._sync(version)
                 return
             except ServerUnreachableError as exc:
-                if not self._drop_unreachable(exc) or attempt + 1 == len(self.admins):
+                if not self._drop_unreachable(exc):
                     raise
 
     def _sync(self, version: int) -> None:
@@ -141,8 +155,8 @@ class VLLMSync:
         self.last = {"sync/seconds": time.perf_counter() - t0, "sync/push_s": t_push, **pushed, **checked,
                      "sync/servers": float(len(self.admins))}
         if self._client is not None:  # requests each replica has answered so far (balance, failover)
-            for name, n in zip(self._client.names, self._client.requests, strict=True):
-                self.last[f"servers/{name}/requests"] = float(n)
+            for i, n in enumerate(self._client.requests):  # i: position in base_url
+                self.last[f"servers/{i}/requests"] = float(n)
             self.last["servers/failovers"] = float(self._client.failovers)
 
     def _drop_unreachable(self, exc: ServerUnreachableError) -> bool:
@@ -150,12 +164,24 @@ class VLLMSync:
         down = [a for a in self.admins if not a.healthy()]
         if not down or len(down) == len(self.admins):
             return False
+        if self._nccl is not None:  # the NCCL group's size is fixed: a new one for the servers left
+            self._nccl.close()
+            self._nccl = None
         for a in down:
             self.admins.remove(a)
             if self._client is not None:
                 self._client.retire(a.base_url)
             self.log(f"[yellow]{a.root} is down ({exc}); continuing with {len(self.admins)} server(s)[/yellow]")
         return True
+
+    def on_start(self, version: int) -> None:
+        """Before the first batch: the adapter is loaded (``lora``) and every server is checked to
+        serve the trainer's starting policy, so a server started on another checkpoint or dtype
+        fails here, not after a step of training on its samples."""
+        if self.transport == "lora":
+            self._push_lora()
+        if self.verify:
+            self.last = self._verify(version)
 
     def on_resume(self, version: int) -> None:
         # A restarted server holds the initial weights, a surviving one maybe newer: push ours.
@@ -225,7 +251,7 @@ class VLLMSync:
                 raise ConfigError("weight_sync = 'nccl' needs the trainer on a CUDA GPU; use 'reload' on CPU")
             from verifiers.inference.vllm_server import free_port
 
-            self._nccl = NCCLWeightSender(self.admins, master_address="127.0.0.1",
+            self._nccl = NCCLWeightSender(self.admins, master_address=self.nccl_address or route_address(self.admins),
                                           master_port=self._nccl_port or free_port())
             self._nccl.init()
         stats = self._nccl.send(export_weights(self.model), version)

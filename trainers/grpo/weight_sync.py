@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ class WeightSync(Protocol):
     def make_client(self) -> Any: ...
     def updating(self) -> contextlib.AbstractContextManager[None]: ...
     def after_step(self, version: int) -> None: ...
+    def on_start(self, version: int) -> None: ...
     def on_resume(self, version: int) -> None: ...
     def rng_state(self) -> Any: ...
     def set_rng_state(self, state: Any) -> None: ...
@@ -72,6 +74,9 @@ class SharedEngineSync:
     def after_step(self, version: int) -> None:
         # The weights were updated in place (under `updating`); only the version changes.
         self.engine.weight_version = version
+
+    def on_start(self, version: int) -> None:
+        return None  # the engine decodes the very model being trained
 
     def on_resume(self, version: int) -> None:
         self.engine.weight_version = version  # the shared model already holds the checkpoint
@@ -122,6 +127,9 @@ class DiskReloadSync:
         except OSError as exc:
             raise ServerError(f"weight reload at {self.root}/weights/reload failed: {exc}") from exc
 
+    def on_start(self, version: int) -> None:
+        return None  # vf-serve was started on the same checkpoint (its reload validates shapes)
+
     def on_resume(self, version: int) -> None:
         # The server may still hold newer (or, after a restart, the initial) weights: push ours.
         self.after_step(version)
@@ -167,8 +175,12 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
 
     transport = cfg.weight_sync
     if transport == "auto":
+        # A checkpoint in /dev/shm is the safe default on one machine (NCCL cannot join two ranks
+        # on one GPU, and needs the trainer on a GPU); servers elsewhere need NCCL.
         on_gpu = next(model.parameters()).device.type == "cuda"
-        transport = "nccl" if on_gpu else "reload"
+        remote = any(urllib.parse.urlparse(u).hostname not in ("127.0.0.1", "localhost", "::1") for u in urls)
+        transport = "nccl" if on_gpu and remote else "reload"
     return VLLMSync(urls, model, tokenizer, out, model_name=cfg.server_model_name, transport=transport,
                     sync_dir=cfg.sync_dir, verify=cfg.sync_verify, tolerance=cfg.sync_verify_tol,
-                    pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port, log=log)
+                    pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port,
+                    nccl_address=cfg.nccl_address, log=log)

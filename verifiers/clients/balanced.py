@@ -57,6 +57,13 @@ class AffinityClient:
         self.failovers = 0
         self._home: OrderedDict[str, int] = OrderedDict()
 
+    async def close(self) -> None:
+        """Close every replica's client (their connection pools belong to this event loop)."""
+        for c in self.clients:
+            close = getattr(c, "close", None)
+            if close is not None:
+                await close()
+
     def retire(self, name: str) -> None:
         """Never send to ``name`` again (the trainer found it down); its conversations move on their next turn."""
         for i, n in enumerate(self.names):
