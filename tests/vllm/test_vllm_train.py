@@ -48,13 +48,13 @@ def assert_every_sync_verified(rows: list[dict[str, Any]]) -> None:
     assert max(r["sync/probe_change"] for r in rows) > 1e-2
 
 
-def probe_matches_final_model(server_url: str, final_model: Path) -> float:
+def probe_matches_final_model(server_url: str, final_model: Path, served_name: str = "policy") -> float:
     from trainers.grpo import sync_probe
     from verifiers.inference.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(final_model)
     ids = sync_probe.probe_token_ids(tok)
-    served = VLLMAdmin(server_url).prompt_logprobs("policy", ids)
+    served = VLLMAdmin(server_url).prompt_logprobs(served_name, ids)
     return sync_probe.compare(server_url, served, sync_probe.trainer_logprobs(model, ids)).max_abs_diff
 
 
@@ -175,3 +175,21 @@ def test_a_server_on_another_checkpoint_is_refused_before_training(model_dir: Pa
     assert "does not serve the trained weights" in proc.stderr and "probe" in proc.stderr
     assert "policy version 0" in proc.stderr
     assert metrics(out) == []  # not one step trained on the wrong policy's samples
+
+
+def test_lora_syncs_the_adapter_only_and_is_verified(model_dir: Path, tmp_path: Path,
+                                                     child_env: dict[str, str], server_spec: Any) -> None:
+    out, steps = tmp_path / "run", 5
+    with VLLMServer(server_spec(model_dir, enable_lora=True), log_path=tmp_path / "vllm.log") as server:
+        proc = vf_train(["--vllm", "null", "--model", str(model_dir), "--base_url", server.base_url,
+                         "--output_dir", str(out), "--max_steps", str(steps), "--lora", "true",
+                         "--weight_sync", "lora", "--learning_rate", "1e-2"], child_env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        admin = VLLMAdmin(server.base_url)
+        assert "policy-lora" in admin.served_models()  # requests went to the adapter
+        rows = metrics(out)
+        assert len(rows) == steps and all(r["rollouts/errors"] == 0 for r in rows)
+        assert_every_sync_verified(rows)
+        # The base weights stayed as they were; base + the served adapter is the trained (merged) model.
+        assert probe_matches_final_model(server.base_url, out / "final_model", "policy-lora") <= 1e-4
+        assert probe_matches_final_model(server.base_url, out / "final_model", "policy") > 1e-3

@@ -487,7 +487,13 @@ class GRPOTrainer:
         try:
             return self._train(resume)
         finally:
-            self._stop_servers()  # managed vLLM servers never outlive the run, whatever ended it
+            # Whatever ended the run: the sync's resources (a weight copy in /dev/shm, an NCCL
+            # group, the engine thread) are released and managed vLLM servers do not outlive it.
+            sync = getattr(self, "sync", None)
+            if sync is not None:
+                with contextlib.suppress(Exception):
+                    sync.close()
+            self._stop_servers()
 
     def _train(self, resume: str | bool) -> TrainSummary:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -590,7 +596,6 @@ class GRPOTrainer:
                 png = plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
                 if png is not None:
                     self.console.print(f"curves: {png}")
-        self.sync.close()
         wall = time.perf_counter() - t0
         hist = [r["reward"] for r in read_metrics(self.out / "metrics.jsonl") if "reward" in r] or self.reward_history
         k = max(1, math.ceil(len(hist) * 0.1))

@@ -174,9 +174,11 @@ class InferenceEngine:
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu", **kw: Any) -> InferenceEngine:
+        from verifiers.inference.attention import use_gqa_attention
         from verifiers.inference.loading import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
+        use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
         return cls(model, tok, **kw)
 
     def _eos_ids(self) -> set[int]:
