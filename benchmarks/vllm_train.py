@@ -4,7 +4,8 @@ All three runs are `vf-train examples/configs/quickstart_vllm.toml` (letter-repe
 tiny model, 8 prompts x 8 samples, 4 tokens), for ``--steps`` steps each, differing only in
 the inference backend:
 
-- ``inprocess``: the embedded engine sharing the model object with the learner (no `[vllm]`);
+- ``inprocess``: the embedded engine sharing the model object with the learner (no `[vllm]`,
+  default torch threads, as the Quickstart runs);
 - ``vllm_1``: one managed vLLM server, weights reloaded from /dev/shm and verified by the probe
   after every step;
 - ``vllm_2``: two managed vLLM servers (one core each), conversations balanced across them.
@@ -31,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "configs" / "quickstart_vllm.toml"
 RUNS = {
-    "inprocess": ["--vllm", "null"],
+    "inprocess": ["--vllm", "null", "--torch_threads", "null"],  # no vLLM beside it: all cores
     "vllm_1": [],
     "vllm_2": ["--vllm.num_servers", "2", "--vllm.cpu_cores", '["0", "1"]'],
 }
