@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.grpo import sync_probe
+from trainers.grpo.sync_base import ExternalServerSync
 from verifiers.clients.balanced import AffinityClient
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
@@ -62,7 +63,7 @@ def route_address(admins: Sequence[VLLMAdmin]) -> str:
         return str(s.getsockname()[0])
 
 
-class VLLMSync:
+class VLLMSync(ExternalServerSync):
     """`WeightSync` for vLLM servers (see module doc)."""
 
     def __init__(self, base_urls: Sequence[str], model: Any, tokenizer: Any, out: Path, *, model_name: str,
@@ -182,21 +183,6 @@ class VLLMSync:
             self._push_lora()
         if self.verify:
             self.last = self._verify(version)
-
-    def on_resume(self, version: int) -> None:
-        # A restarted server holds the initial weights, a surviving one maybe newer: push ours.
-        self.after_step(version)
-
-    def rng_state(self) -> Any:
-        return None
-
-    def set_rng_state(self, state: Any) -> None:
-        return None
-
-    def save_final(self, model: Any, tokenizer: Any, path: Path) -> None:
-        from trainers.grpo.weight_sync import save_merged
-
-        save_merged(model, tokenizer, path)
 
     def close(self) -> None:
         if self._nccl is not None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainers.grpo.sync_base import ExternalServerSync, save_merged
 from verifiers.errors import ConfigError, ServerError
 
 
@@ -39,18 +40,6 @@ class WeightSync(Protocol):
     def set_rng_state(self, state: Any) -> None: ...
     def save_final(self, model: Any, tokenizer: Any, path: Path) -> None: ...
     def close(self) -> None: ...
-
-
-def save_merged(model: Any, tokenizer: Any | None, path: Path) -> None:
-    """A ``save_pretrained`` directory of the policy (LoRA merged into a copy; the adapter keeps training)."""
-    target = model
-    if hasattr(model, "merge_and_unload"):
-        import copy
-
-        target = copy.deepcopy(model).merge_and_unload()
-    target.save_pretrained(path)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(path)
 
 
 class SharedEngineSync:
@@ -95,7 +84,7 @@ class SharedEngineSync:
         self.engine.stop()
 
 
-class DiskReloadSync:
+class DiskReloadSync(ExternalServerSync):
     def __init__(self, base_url: str, model: Any, tokenizer: Any, out: Path, *, model_name: str) -> None:
         self.base_url = base_url.rstrip("/")
         self.root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
@@ -129,22 +118,6 @@ class DiskReloadSync:
 
     def on_start(self, version: int) -> None:
         return None  # vf-serve was started on the same checkpoint (its reload validates shapes)
-
-    def on_resume(self, version: int) -> None:
-        # The server may still hold newer (or, after a restart, the initial) weights: push ours.
-        self.after_step(version)
-
-    def rng_state(self) -> Any:
-        return None
-
-    def set_rng_state(self, state: Any) -> None:
-        return None
-
-    def save_final(self, model: Any, tokenizer: Any, path: Path) -> None:
-        save_merged(model, tokenizer, path)
-
-    def close(self) -> None:
-        return None
 
 
 def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None,
