@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vf-train: {exc}", file=sys.stderr)
         return 1
     except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("torch", "transformers", "accelerate", "peft"):
+            raise  # a broken import elsewhere is a bug to see, not a missing extra
         print(f"vf-train needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
         return 2
     print(json.dumps(summary.__dict__))

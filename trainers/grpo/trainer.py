@@ -533,6 +533,7 @@ class GRPOTrainer:
         progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[info]}"), console=self.console, disable=not cfg.progress)
         last_groups: list[list[RolloutResult]] = []
+        unsynced: dict[str, float] | None = None
         try:
             with progress:
                 task = progress.add_task("train", total=cfg.max_steps, completed=self.step, info="")
@@ -549,7 +550,9 @@ class GRPOTrainer:
                     self.step += 1
                     self.store.set_policy_version(self.version)
                     step_start = None  # the step is complete: a checkpoint from here on holds it
+                    unsynced = metrics  # logged by the handler below if the sync fails
                     self.sync.after_step(self.version)
+                    unsynced = None
                     metrics.update(getattr(self.sync, "last", {}))
                     self._committing = False
                     metrics["staleness"] = float(max(0, self.version - 1 - min(versions)))
@@ -577,6 +580,9 @@ class GRPOTrainer:
         except ServerError as exc:
             # The inference server died or stopped serving our policy: keep everything trained so far.
             self.generator.cancel_pending()
+            if step_start is None and unsynced is not None:  # the step trained; only its sync failed
+                self.reward_history.append(unsynced["reward"])
+                logger.log(self.step, {**unsynced, "sync/failed": 1.0})
             path = self._checkpoint(step_start)
             self.console.print(f"[red]stopped at step {self.step}: {exc}[/red]")
             self.console.print(f"checkpoint saved to {path}; once the server is back, continue with --resume")
