@@ -134,6 +134,10 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
     if kind == "auto":
         from verifiers.inference.vllm_admin import VLLMAdmin
 
+        down = [u for u in urls if not VLLMAdmin(u).healthy()]
+        if down:
+            raise ConfigError(f"no server answers /health at {', '.join(down)}: start it first "
+                              "(vf-vllm MODEL_DIR --port PORT, or vf-serve), or use [vllm] to let vf-train start one")
         kinds = {"vllm" if VLLMAdmin(u).is_vllm() else "vf-serve" for u in urls}
         if len(kinds) > 1:
             raise ConfigError(f"base_url mixes vLLM and other servers ({urls}); use replicas of one kind")

@@ -4,9 +4,9 @@ With a padding mask, transformers' SDPA path expands every layer's cached keys a
 the full number of query heads (``repeat_kv``) before each attention call, because masked GQA
 falls back to a slow kernel on CUDA. On a CPU, PyTorch's SDPA takes ``enable_gqa=True`` with a
 mask and gives the same numbers without the copy. While decoding a batch of 64 rows on a 25M
-Llama (8 heads, 4 KV heads) that copy was about a fifth of the engine's time, and masked
-SDPA with ``enable_gqa`` ran about 3x faster per layer than repeat + SDPA. See
-``benchmarks/serve_vs_vllm.py``.
+Llama (8 heads, 4 KV heads) that copy was about a fifth of the engine's time (py-spy), and
+switching it off raised vf-serve's throughput on that model from 0.69x to 0.92x vLLM's
+(``benchmarks/serve_vs_vllm.py``).
 
 `use_gqa_attention(model)` switches a model the engine owns to this function; it is a no-op
 on other devices and on models without grouped KV heads, and the outputs are the same (tested).
