@@ -193,3 +193,21 @@ def test_lora_syncs_the_adapter_only_and_is_verified(model_dir: Path, tmp_path: 
         # The base weights stayed as they were; base + the served adapter is the trained (merged) model.
         assert probe_matches_final_model(server.base_url, out / "final_model", "policy-lora") <= 1e-4
         assert probe_matches_final_model(server.base_url, out / "final_model", "policy") > 1e-3
+
+
+def test_generation_ahead_pauses_around_each_sync(model_dir: Path, tmp_path: Path,
+                                                  child_env: dict[str, str], server_spec: Any) -> None:
+    """``num_batches_ahead = 1``: requests in flight finish under the old weights, the next ones wait
+    for the new weights, and the check still runs (after resuming: a paused server holds it back)."""
+    out, steps = tmp_path / "run", 8
+    with VLLMServer(server_spec(model_dir), log_path=tmp_path / "vllm.log") as server:
+        proc = vf_train(["--vllm", "null", "--model", str(model_dir), "--base_url", server.base_url,
+                         "--output_dir", str(out), "--max_steps", str(steps), "--num_batches_ahead", "1"],
+                        child_env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert VLLMAdmin(server.base_url).get("/is_paused") == {"is_paused": False}
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert all(r["rollouts/errors"] == 0 and r["staleness"] <= 1 for r in rows)
+    assert any(r["staleness"] == 1 for r in rows)  # batches really were generated ahead
+    assert_every_sync_verified(rows)

@@ -15,11 +15,12 @@ After each optimizer step (`VLLMSync.after_step`):
      ask for that adapter (servers started with ``--enable-lora``);
 3. the prefix cache is reset (its KV blocks came from the old weights) and the new policy
    version is recorded on the server (``/update_weight_version``);
-4. the sync is verified (`trainers.grpo.sync_probe`): each server's logprobs on a fixed probe
+4. generation resumes (when it was paused);
+5. the sync is verified (`trainers.grpo.sync_probe`): each server's logprobs on a fixed probe
    must equal the trainer's within the tolerance, or the run stops with `WeightSyncError`
-   naming the server, the position and both values; in synchronous mode this happens before
-   any request of the next batch is sent;
-5. generation resumes.
+   naming the server, the position and both values. In synchronous mode this happens before
+   any request of the next batch is sent; with generation ahead, before any sample of the new
+   policy is trained on (a paused server would hold the probe back too).
 """
 
 from __future__ import annotations
@@ -152,7 +153,9 @@ class VLLMSync(ExternalServerSync):
             for a in self.admins:
                 a.reset_prefix_cache()
                 a.set_weight_version(version)
-            checked = self._verify(version) if self.verify else {}
+        # After resuming: a paused server would hold the probe's own request back. In synchronous
+        # mode nothing was paused and no request of the next batch has been sent yet.
+        checked = self._verify(version) if self.verify else {}
         self.last = {"sync/seconds": time.perf_counter() - t0, "sync/push_s": t_push, **pushed, **checked,
                      "sync/servers": float(len(self.admins))}
         if self._client is not None:  # requests each replica has answered so far (balance, failover)

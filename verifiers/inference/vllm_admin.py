@@ -129,7 +129,7 @@ class VLLMAdmin:
         """
         body = {"model": model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 0.0,
                 "prompt_logprobs": 0}
-        out = self.post("/v1/completions", body)
+        out = self.post("/v1/completions", body, timeout=300)  # a stuck server must not hang the run
         rows = out["choices"][0].get("prompt_logprobs")
         if not rows:
             raise ServerError(f"{self.root} returned no prompt_logprobs (is it vLLM?)")
