@@ -11,7 +11,7 @@ Two model sizes by default: the tiny training model (hidden 128, 2 layers) and a
 one (hidden 512, 8 layers). Target (issue 9): vf-serve / vLLM tokens/s >= 1.0 on CPU.
 The last line printed is one JSON object.
 
-    python benchmarks/serve_vs_vllm.py [--sizes tiny,25m] [--max-tokens 96] [--rounds 2]
+    python benchmarks/serve_vs_vllm.py [--sizes tiny,25m] [--max-tokens 96] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="tiny,25m")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--max-tokens", type=int, default=96)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--eager", action="store_true", help="start vLLM with --enforce-eager (no compilation)")
     a = ap.parse_args()
     results = {}
