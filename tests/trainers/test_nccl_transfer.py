@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -47,15 +46,10 @@ from trainers.grpo.nccl_transfer import (
 )
 from trainers.grpo.weight_export import export_weights
 from verifiers.errors import ConfigError, ServerError
+from verifiers.inference.vllm_server import free_port
 
 HERE = Path(__file__).resolve()
 REPLY_TIMEOUT_S = 40.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

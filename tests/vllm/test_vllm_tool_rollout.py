@@ -49,7 +49,7 @@ def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
             {"role": "tool", "content": "violet", "tool_call_id": "call_0"},
             {"role": "assistant", "content": "violet"}]
     # expert_rows renders through the chat template; the tools block is part of the system turn.
-    tok_tools = _with_tools(tok, env.oai_tools)
+    tok_tools = _ToolsTokenizer(tok, env.oai_tools)
     (row,) = expert_rows(tok_tools, [conv], 4096)
     ids = torch.tensor([row.input_ids])
     mask = torch.tensor([row.loss_mask], dtype=torch.float32)
@@ -80,10 +80,6 @@ class _ToolsTokenizer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._tok, name)
-
-
-def _with_tools(tok: Any, tools: list[dict[str, Any]]) -> Any:
-    return _ToolsTokenizer(tok, tools)
 
 
 @pytest.mark.slow

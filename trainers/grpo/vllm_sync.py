@@ -36,6 +36,7 @@ from typing import Any
 
 from trainers.grpo import sync_probe
 from trainers.grpo.sync_base import ExternalServerSync
+from trainers.grpo.weight_export import export_weights
 from verifiers.clients.balanced import AffinityClient
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
@@ -205,8 +206,6 @@ class VLLMSync(ExternalServerSync):
     def _push_reload(self) -> dict[str, float]:
         from safetensors.torch import save_file
 
-        from trainers.grpo.weight_export import export_weights
-
         t0 = time.perf_counter()
         # Our own file rather than save_pretrained: a tied lm_head must be written out. vLLM's
         # in-place (layerwise) reload does not re-tie it, so without the key the server keeps the
@@ -231,7 +230,6 @@ class VLLMSync(ExternalServerSync):
 
     def _push_nccl(self, version: int) -> dict[str, float]:
         from trainers.grpo.nccl_transfer import NCCLWeightSender
-        from trainers.grpo.weight_export import export_weights
 
         if self._nccl is None:
             import torch

@@ -143,9 +143,8 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
     if spec.enable_lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
     if device == "cpu":
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.kv_cache_gib or 2))
-        if spec.kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib)
+        if spec.kv_cache_gib is not None or "VLLM_CPU_KVCACHE_SPACE" not in env:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_gib or 2)
         if spec.cpu_cores is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_cores
     return argv, env
