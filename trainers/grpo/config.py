@@ -104,6 +104,10 @@ class TrainConfig(BaseModel):
     adam_beta2: float = 0.99
     max_grad_norm: float | None = Field(1.0, gt=0)
     gradient_checkpointing: bool = False
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="weights and optimizer state; float32 = master weights (auto: the checkpoint's)")
+    mixed_precision: Literal["no", "bf16"] = Field(
+        "no", description="bf16: forward passes (learner, reference, embedded engine) under bf16 autocast")
     lora: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
@@ -129,6 +133,15 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"prompts_per_step x num_generations = {rows} rows must split evenly into "
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} micro-batches"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _precision(self) -> TrainConfig:
+        if self.mixed_precision == "bf16" and self.dtype != "float32":
+            raise ValueError(
+                f"mixed_precision = 'bf16' autocasts float32 master weights; with dtype = {self.dtype!r} the "
+                "weights themselves are 16-bit and small updates round away: set dtype = 'float32'"
             )
         return self
 

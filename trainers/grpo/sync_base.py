@@ -7,13 +7,18 @@ from typing import Any
 
 
 def save_merged(model: Any, tokenizer: Any | None, path: Path) -> None:
-    """A ``save_pretrained`` directory of the policy (LoRA merged into a copy; the adapter keeps training)."""
-    target = model
-    if hasattr(model, "merge_and_unload"):
-        import copy
+    """A ``save_pretrained`` directory of the policy; a LoRA policy is saved merged, the adapter untouched.
 
-        target = copy.deepcopy(model).merge_and_unload()
-    target.save_pretrained(path)
+    The merged weights are built on the CPU one tensor at a time (`iter_export_weights`): merging
+    a deep copy would need a second copy of the model in GPU memory, beside the optimizer state.
+    """
+    if hasattr(model, "merge_and_unload"):
+        from trainers.grpo.weight_export import iter_export_weights
+
+        state = {name: t.to("cpu", copy=True) for name, t in iter_export_weights(model, include_tied=False)}
+        model.get_base_model().save_pretrained(path, state_dict=state)
+    else:
+        model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
 

@@ -101,7 +101,9 @@ class GRPOTrainer:
     def _load_model(self) -> tuple[Any, Any]:
         from verifiers.inference.loading import load_model_and_tokenizer
 
-        return load_model_and_tokenizer(self._model_path())
+        # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
+        # round away unless they exceed half its last bit (see docs/training.md, "Precision").
+        return load_model_and_tokenizer(self._model_path(), dtype=self.cfg.dtype)
 
     def _start_managed_servers(self) -> list[str] | None:
         """``[vllm]``: start the servers this run trains against (stopped in `_stop_servers`)."""
@@ -166,11 +168,15 @@ class GRPOTrainer:
         )
         # Device placement and (under `accelerate launch`) DDP wrapping. Gradient accumulation is
         # ours: each micro-batch loss is already its share of the step loss, so no rescaling.
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        # mixed_precision "no" even when an accelerate config says otherwise: accelerate's autocast
+        # wrapper would also upcast every output to float32, i.e. the full [rows, tokens, vocab]
+        # logits; the trainer applies its own autocast (`_autocast`) where it is wanted.
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, self.optimizer, self.scheduler)
         model = self.accelerator.unwrap_model(self.model)
+        self.device = self.accelerator.device
         if self.ref_model is not None:
-            self.ref_model.to(self.accelerator.device)
+            self.ref_model.to(self.device)
         urls = self._start_managed_servers()
         self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out, urls,
                                                  log=self.console.print)
@@ -308,7 +314,7 @@ class GRPOTrainer:
             k = expert_count(ratio, round(len(rows) / (1.0 - ratio)))
             rng = random.Random(cfg.seed * 7919 + self.step)
             rows += [self.expert[rng.randrange(len(self.expert))] for _ in range(k)]
-        batch = collate(rows, self.tokenizer.pad_token_id or 0).to(self.accelerator.device)
+        batch = collate(rows, self.tokenizer.pad_token_id or 0).to(self.device)
         rl = ~batch.is_expert
         adv = torch.zeros(len(batch), device=batch.rewards.device)
         adv_fn = get_advantage_fn(self.preset.advantage)
@@ -336,7 +342,7 @@ class GRPOTrainer:
 
     def _logps_no_grad(self, model: Any, batch: TrainBatch, chunks: int) -> torch.Tensor:
         out = torch.zeros_like(batch.sampler_logp)
-        idx = torch.arange(len(batch))
+        idx = torch.arange(len(batch), device=batch.input_ids.device)
         with torch.no_grad():
             for part in idx.chunk(chunks):
                 sub = batch.select(part)
@@ -349,8 +355,21 @@ class GRPOTrainer:
         if self.ref_model is not None:
             yield self.ref_model
         else:  # LoRA: the base model is the policy with its adapters switched off
-            with self.accelerator.unwrap_model(self.model).disable_adapter():
+            # An embedded engine decoding ahead shares this model: it waits while the adapters are
+            # off, or its samples would come from the base model tagged with the policy's version.
+            with self.sync.updating(), self.accelerator.unwrap_model(self.model).disable_adapter():
                 yield self.model
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16 autocast of the forward passes when ``mixed_precision = "bf16"`` (weights stay float32)."""
+        if self.cfg.mixed_precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def _optimize(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step (or ``num_iterations``) on ``batch``, under the configured precision."""
+        with self._autocast():
+            return self._train_on(batch)
 
     def _train_on(self, batch: TrainBatch) -> dict[str, float]:
         cfg, preset = self.cfg, self.preset
@@ -376,7 +395,9 @@ class GRPOTrainer:
         try:
             for it in range(cfg.num_iterations):
                 gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step * 101 + it)
-                perm = torch.randperm(len(batch), generator=gen)
+                # Seeded on the CPU (the same order on every device), used where the batch lives:
+                # index_select refuses a CPU index for CUDA tensors.
+                perm = torch.randperm(len(batch), generator=gen).to(batch.input_ids.device)
                 for part in perm.chunk(chunks):
                     sub = batch.select(part)
                     width = sub.loss_mask.shape[1]
@@ -545,7 +566,7 @@ class GRPOTrainer:
                     groups, versions, info = self._take_batch()
                     batch, metrics = self._build(groups)
                     t_train = time.perf_counter()
-                    metrics.update(self._train_on(batch))
+                    metrics.update(self._optimize(batch))
                     self.version += 1
                     self.step += 1
                     self.store.set_policy_version(self.version)

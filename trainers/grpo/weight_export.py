@@ -15,6 +15,7 @@ do not depend on how they travel:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -39,9 +40,9 @@ def _unwrap(model: Any) -> Any:
     return getattr(model, "_orig_mod", model)
 
 
-def _lora_deltas(model: Any) -> dict[str, torch.Tensor]:
-    """``{base weight name: scaling * B @ A}`` for every active LoRA layer (empty without peft)."""
-    deltas: dict[str, torch.Tensor] = {}
+def _lora_layers(model: Any) -> dict[str, Any]:
+    """``{base weight name: LoRA layer}`` for every active LoRA layer (empty without peft)."""
+    layers: dict[str, Any] = {}
     for name, module in model.named_modules():
         lora_a = getattr(module, "lora_A", None)
         base = getattr(module, "base_layer", None)
@@ -49,24 +50,33 @@ def _lora_deltas(model: Any) -> dict[str, torch.Tensor]:
             continue
         if getattr(module, "merged", False) or getattr(module, "disable_adapters", False):
             continue
-        delta = None
-        for adapter in getattr(module, "active_adapters", []):
-            if adapter in lora_a:
-                d = module.get_delta_weight(adapter)
-                delta = d if delta is None else delta + d
-        if delta is not None:
-            deltas[_clean(name) + ".weight"] = delta
-    return deltas
+        if any(a in lora_a for a in getattr(module, "active_adapters", [])):
+            layers[_clean(name) + ".weight"] = module
+    return layers
 
 
 @torch.no_grad()
+def _delta(module: Any) -> torch.Tensor:
+    """``scaling * B @ A`` summed over the layer's active adapters."""
+    deltas = [module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A]
+    return torch.stack(deltas).sum(0) if len(deltas) > 1 else deltas[0]
+
+
 def export_weights(model: Any, *, include_tied: bool = True) -> list[tuple[str, torch.Tensor]]:
     """``[(checkpoint name, tensor)]`` in state-dict order, detached and contiguous (see module doc)."""
+    return list(iter_export_weights(model, include_tied=include_tied))
+
+
+def iter_export_weights(model: Any, *, include_tied: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """`export_weights` one tensor at a time, each merged LoRA weight computed when it is reached.
+
+    A consumer that moves each tensor elsewhere (to the CPU, a file) before taking the next holds
+    at most one merged weight on the device, never a merged copy of the model.
+    """
     model = _unwrap(model)
-    deltas = _lora_deltas(model)
     config = getattr(model, "config", None)
     tied = bool(getattr(config, "tie_word_embeddings", False))
-    out: list[tuple[str, torch.Tensor]] = []
+    adapted = _lora_layers(model)
     seen: set[str] = set()
     for raw, tensor in model.state_dict().items():
         if "lora_" in raw or raw.endswith(".lora_magnitude_vector"):
@@ -80,7 +90,7 @@ def export_weights(model: Any, *, include_tied: bool = True) -> list[tuple[str, 
         t = tensor.detach()
         if tied and name == "lm_head.weight":
             t = t.clone()  # its own storage: checkpoint writers refuse tensors that share memory
-        if name in deltas:
-            t = t + deltas[name].to(t.dtype)
-        out.append((name, t.contiguous()))
-    return out
+        if name in adapted:
+            with torch.no_grad():
+                t = t + _delta(adapted[name]).to(t.dtype)
+        yield name, t.contiguous()

@@ -1,0 +1,1 @@
+"""Test tools for the trainer and the engine: a fake CUDA device, memory measurement."""
