@@ -54,6 +54,24 @@ def test_tolerance_by_dtype() -> None:
     assert sync_probe.default_tolerance(torch.bfloat16) == 0.1
 
 
+def test_probe_tolerance_follows_the_served_dtype_not_only_the_master_weights(tmp_path: Path) -> None:
+    """float32 master weights (the default) against a bf16 checkpoint served in bf16: 16-bit tolerance."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    from trainers.grpo.weight_sync import probe_tolerance
+
+    fp32_model = torch.nn.Linear(2, 2)
+    for dtype, over, expected in [("bfloat16", {}, 0.1), ("float32", {}, 1e-3),
+                                  ("float32", {"mixed_precision": "bf16"}, 0.1),
+                                  ("bfloat16", {"sync_verify_tol": 0.5}, 0.5)]:
+        ckpt = tmp_path / dtype
+        ckpt.mkdir(exist_ok=True)
+        (ckpt / "config.json").write_text(json.dumps({"dtype": dtype}))
+        cfg = load_config(None, {"model": str(ckpt), **over})
+        assert probe_tolerance(cfg, fp32_model) == expected, (dtype, over)
+
+
 def test_probe_ids_and_trainer_logprobs_on_a_tiny_model(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")

@@ -120,6 +120,27 @@ class DiskReloadSync(ExternalServerSync):
         return None  # vf-serve was started on the same checkpoint (its reload validates shapes)
 
 
+def probe_tolerance(cfg: Any, model: Any) -> float:
+    """How far served logprobs may sit from the trainer's after a sync: the looser of what the
+    trainer computes in and what the server computes in.
+
+    The trainer keeps float32 master weights by default, but vLLM serves the checkpoint's dtype
+    (bf16 for most published models): a 1e-3 float32 tolerance would fail every sync.
+    """
+    from trainers.grpo.sync_probe import default_tolerance
+    from verifiers.inference.vllm_server import checkpoint_dtype
+
+    if cfg.sync_verify_tol is not None:
+        return float(cfg.sync_verify_tol)
+    dtypes = {str(next(model.parameters()).dtype)}
+    if cfg.mixed_precision == "bf16":
+        dtypes.add("bfloat16")
+    config = Path(cfg.model) / "config.json"
+    if config.is_file():
+        dtypes.add(checkpoint_dtype(json.loads(config.read_text())))
+    return max(default_tolerance(d) for d in dtypes)
+
+
 def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None,
                      log: Callable[[str], None] = print) -> WeightSync:
     """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones)."""
@@ -158,6 +179,6 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
         remote = any(urllib.parse.urlparse(u).hostname not in ("127.0.0.1", "localhost", "::1") for u in urls)
         transport = "nccl" if on_gpu and remote else "reload"
     return VLLMSync(urls, model, tokenizer, out, model_name=cfg.server_model_name, transport=transport,
-                    sync_dir=cfg.sync_dir, verify=cfg.sync_verify, tolerance=cfg.sync_verify_tol,
+                    sync_dir=cfg.sync_dir, verify=cfg.sync_verify, tolerance=probe_tolerance(cfg, model),
                     pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port,
                     nccl_address=cfg.nccl_address, log=log)

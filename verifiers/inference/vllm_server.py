@@ -82,7 +82,8 @@ def check_model_for_vllm(model_dir: str | Path, *, device: str) -> dict[str, Any
     return cfg
 
 
-def _checkpoint_dtype(cfg: dict[str, Any]) -> str:
+def checkpoint_dtype(cfg: dict[str, Any]) -> str:
+    """The dtype a checkpoint's ``config.json`` names (what vLLM serves it in), e.g. ``bfloat16``."""
     dtype = cfg.get("dtype") or cfg.get("torch_dtype") or "auto"
     return str(dtype).replace("torch.", "")
 
@@ -122,7 +123,7 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
         "--model", str(Path(spec.model_dir).resolve()),
         "--host", spec.host, "--port", str(port),
         "--served-model-name", spec.served_model_name,
-        "--dtype", spec.dtype or _checkpoint_dtype(cfg),
+        "--dtype", spec.dtype or checkpoint_dtype(cfg),
         "--logprobs-mode", "raw_logprobs",
         "--enable-prefix-caching",
         "--disable-uvicorn-access-log",
