@@ -36,7 +36,7 @@ from typing import Any
 
 from trainers.grpo import sync_probe
 from trainers.grpo.sync_base import ExternalServerSync
-from trainers.grpo.weight_export import export_weights
+from trainers.grpo.weight_export import export_weights, iter_export_weights
 from verifiers.clients.balanced import AffinityClient
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
@@ -212,7 +212,8 @@ class VLLMSync(ExternalServerSync):
         # old output embedding (caught by the probe; see docs/scaling.md).
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / "model.safetensors.tmp"
-        save_file({n: t.cpu() for n, t in export_weights(self.model, include_tied=True)}, str(tmp),
+        # one merged LoRA weight at a time on the device, each copied out before the next
+        save_file({n: t.cpu() for n, t in iter_export_weights(self.model, include_tied=True)}, str(tmp),
                   metadata={"format": "pt"})
         tmp.replace(self.dir / "model.safetensors")
         t_save = time.perf_counter() - t0
