@@ -156,6 +156,8 @@ class DeviceCheck(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
+        if func.overloadpacket is _aten.to:  # reaches here under inference_mode: run it as a _to_copy
+            return self.__torch_dispatch__(_aten._to_copy.default, types, (args[0],), _to_copy_kwargs(func, args, kwargs))
         self.ops += 1
         devices: set[str] = set()
 
@@ -210,6 +212,18 @@ class DeviceCheck(TorchDispatchMode):
         if "cuda" not in devices:
             return out
         return tree_map(lambda x: FakeCudaTensor(x) if type(x) is torch.Tensor else x, out)
+
+
+def _to_copy_kwargs(func: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``_to_copy`` arguments of any ``aten.to`` overload (bound by its schema)."""
+    bound = dict(kwargs)
+    for arg, value in zip(func._schema.arguments, args, strict=False):
+        bound[arg.name] = value
+    if "other" in bound:  # to.other: the other tensor's device and dtype
+        other = bound.pop("other")
+        bound["device"], bound["dtype"] = other.device, other.dtype
+    return {k: bound[k] for k in ("dtype", "layout", "device", "pin_memory", "non_blocking", "memory_format")
+            if bound.get(k) is not None}
 
 
 def _make_tensor_factory(original: Any) -> Any:
