@@ -65,6 +65,42 @@ def test_a_cpu_shuffle_of_a_gpu_batch_is_caught(train_config: Callable[..., Any]
         assert batch.select(perm.to(batch.input_ids.device)).input_ids.device == CUDA
 
 
+@pytest.mark.parametrize("share", [True, False])
+def test_learner_host_round_trips_do_not_grow_with_the_batch(share: bool) -> None:
+    """The logprob pass reads per-row facts from the device once, not once per row."""
+    from trainers.grpo.batch import TrainRow, collate
+    from trainers.grpo.logprobs import completion_logps
+    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+
+    torch.manual_seed(0)
+    model, _ = build_tiny_model(TinyModelSpec(hidden_size=32))
+
+    def rows(groups: int) -> list[TrainRow]:
+        out = []
+        for g in range(groups):
+            prompt = [5 + g, 6, 7, 8][: 2 + g % 3]
+            for k in range(4):
+                comp = [9 + k, 10, 11][: 1 + (g + k) % 3]
+                ids = prompt + comp
+                mask = [0] * (len(prompt) - 1) + [1] * len(comp)
+                out.append(TrainRow(ids, mask, [0.0] * (len(ids) - 1), 0.0, g, False, len(comp),
+                                    prompt_len=len(prompt)))
+        return out
+
+    counts = []
+    with fake_cuda() as check:
+        model.to(CUDA)
+        for groups in (2, 8):
+            batch = collate(rows(groups), 0).to(CUDA)
+            completion_logps(model, batch, share_prompts=share)  # the one-time head check runs here
+            check.reset()
+            logp, _ = completion_logps(model, batch, share_prompts=share)
+            logp.sum().backward()
+            assert logp.device == CUDA
+            counts.append(check.host_syncs)
+    assert counts[0] == counts[1] and counts[0] <= 3, counts
+
+
 # -- the trainer's step ---------------------------------------------------------------------
 CASES = {
     # reference pass (beta), old-policy pass (2 iterations), shared prompts, 2 micro-batches

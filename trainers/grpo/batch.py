@@ -47,6 +47,7 @@ class TrainBatch:
     is_truncated: Tensor  # [N] bool
     is_expert: Tensor  # [N] bool
     prompt_lens: Tensor | None = None  # [N] int64; 0 = unknown (no prompt sharing)
+    prompt_ids: Tensor | None = None  # [N] int64: rows with equal values share their prompt (found at collate)
     advantages: Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -73,6 +74,7 @@ class TrainBatch:
             is_truncated=self.is_truncated.index_select(0, idx),
             is_expert=self.is_expert.index_select(0, idx),
             prompt_lens=None if self.prompt_lens is None else self.prompt_lens.index_select(0, idx),
+            prompt_ids=None if self.prompt_ids is None else self.prompt_ids.index_select(0, idx),
             advantages=None if self.advantages is None else self.advantages.index_select(0, idx),
         )
 
@@ -130,7 +132,18 @@ def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
         is_truncated=torch.tensor([r.is_truncated for r in rows], dtype=torch.bool),
         is_expert=torch.tensor([r.is_expert for r in rows], dtype=torch.bool),
         prompt_lens=torch.tensor([r.prompt_len for r in rows], dtype=torch.long),
+        prompt_ids=torch.tensor(_prompt_ids(rows), dtype=torch.long),
     )
+
+
+def _prompt_ids(rows: Sequence[TrainRow]) -> list[int]:
+    """Rows with the same group and the same prompt tokens get the same id.
+
+    Found here, on the host, from the rows' token lists: the learner would otherwise compare
+    prompts on the device row by row, a blocking round trip for each.
+    """
+    ids: dict[tuple[int, tuple[int, ...]], int] = {}
+    return [ids.setdefault((r.group, tuple(r.input_ids[: r.prompt_len])), len(ids)) for r in rows]
 
 
 def expert_rows(tokenizer: Any, conversations: Sequence[list[dict[str, Any]]], max_seq_len: int) -> list[TrainRow]:

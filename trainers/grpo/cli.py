@@ -1,4 +1,9 @@
-"""``vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]]``."""
+"""``vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]]``.
+
+Several processes (data parallel, embedded engine per process): ``accelerate launch
+--multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``; ``prompts_per_step`` is
+the global number of prompts and must be divisible by N.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(
             "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR]]\n"
+            "  several GPUs: accelerate launch --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml\n"
             "  against vLLM: --base_url http://127.0.0.1:8000/v1[,http://...] (servers from vf-vllm), or [vllm] in the config\n"
             "  every TrainConfig field can be overridden, e.g. --learning_rate 1e-4 --tiny_model.hidden_size 128\n"
             "  examples: examples/configs/*.toml; fields: docs/training.md"
@@ -50,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a broken import elsewhere is a bug to see, not a missing extra
         print(f"vf-train needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
         return 2
-    print(json.dumps(summary.__dict__))
+    from trainers.grpo.distributed import is_main_process
+
+    if is_main_process():  # under accelerate launch every rank returns the same summary
+        print(json.dumps(summary.__dict__))
     return 130 if summary.interrupted else 0
 
 

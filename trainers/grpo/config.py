@@ -62,6 +62,12 @@ class TrainConfig(BaseModel):
     prompts_per_step: int = Field(8, ge=1, description="unique prompts per optimizer step")
     num_generations: int = Field(8, ge=1, description="samples per prompt (the group size G)")
     gradient_accumulation_steps: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    micro_batch_tokens: int | None = Field(
+        None, ge=2, description="micro-batches of at most this many padded tokens (rows x longest row), rows of "
+        "similar length and whole prompt groups together; replaces gradient_accumulation_steps (None: equal splits)")
+    logprob_chunk_tokens: int | None = Field(
+        1024, ge=1, description="learner positions whose logits exist at once (memory ≈ this x vocab x 4 bytes); "
+        "None = the whole micro-batch's logits at once (≈ 4 float32 copies)")
     num_iterations: int = Field(1, ge=1, description="optimizer passes over each generated batch")
     max_steps: int = Field(100, ge=1)
 

@@ -9,6 +9,11 @@ what makes an interrupted-and-resumed run equal an uninterrupted one.
 
 ``num_batches_ahead = 0`` is synchronous (generate after each weight sync); ``k > 0`` keeps
 up to ``k`` batches in flight, so their data is at most ``k`` policy versions old.
+
+With several processes (``accelerate launch``), every rank draws the same global prompt
+order (one sampler, one seed) and generates only its contiguous share of each batch's
+groups (`rank_groups`); group ids and per-sample seeds are those of the global batch, so
+the ranks together generate exactly what one process would.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.grpo.sampler import RepeatSampler
+from trainers.grpo.sampler import RepeatSampler, rank_groups
 from verifiers.envs.environment import Environment
 from verifiers.errors import VFError
 from verifiers.rollout.inputs import RolloutInput
@@ -64,6 +69,8 @@ class BatchGenerator:
         max_concurrent: int,
         rollout_timeout_s: float | None,
         timeout_s: float,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.env = env
         self.rows = list(rows)
@@ -75,6 +82,7 @@ class BatchGenerator:
         self.max_concurrent = max_concurrent
         self.rollout_timeout_s = rollout_timeout_s
         self.timeout_s = timeout_s
+        self.groups = rank_groups(prompts_per_step, rank, world_size)  # this rank's share of a batch
         self.sampler = RepeatSampler(len(self.rows), mini_repeat_count=self.G, batch_size=self.P, shuffle=True, seed=seed)
         self._it = iter(self.sampler)
         self._next_id = 0
@@ -123,15 +131,32 @@ class BatchGenerator:
         self.sampler.load_state_dict(state["sampler"])
         self._it = iter(self.sampler)
 
+    @property
+    def groups_per_rank(self) -> int:
+        """Groups of one batch that this process generates (``prompts_per_step`` / world size)."""
+        return len(self.groups)
+
     # -- generation ------------------------------------------------------------------------
     def submit(self, policy_version: int) -> int:
         """Start generating the next batch with the current weights; returns its id."""
         batch_id = self._next_id
         self._next_id += 1
         sampler_state = self.sampler.state_dict()
-        prompt_idx = self._draw()
-        inputs = []
-        for g, idx in enumerate(prompt_idx):
+        inputs = self.rollout_inputs(batch_id, self._draw())
+        fut = asyncio.run_coroutine_threadsafe(self._generate(batch_id, policy_version, inputs, sampler_state), self._loop)
+        self._futures[batch_id] = fut
+        self._starts[batch_id] = sampler_state
+        return batch_id
+
+    def rollout_inputs(self, batch_id: int, prompt_idx: Sequence[int]) -> list[RolloutInput]:
+        """This rank's requests of batch ``batch_id`` (``prompt_idx``: the batch's global prompts).
+
+        Group ids and seeds come from the position ``g`` in the global batch, not in this
+        rank's share, so they do not depend on the number of processes.
+        """
+        inputs: list[RolloutInput] = []
+        for g in self.groups:
+            idx = prompt_idx[g]
             row = self.rows[idx]
             for r in range(self.G):
                 inputs.append(
@@ -146,10 +171,7 @@ class BatchGenerator:
                         extra={"sampling_args": {"seed": sample_seed(self.seed, batch_id, g * self.G + r)}},
                     )
                 )
-        fut = asyncio.run_coroutine_threadsafe(self._generate(batch_id, policy_version, inputs, sampler_state), self._loop)
-        self._futures[batch_id] = fut
-        self._starts[batch_id] = sampler_state
-        return batch_id
+        return inputs
 
     async def _generate(
         self, batch_id: int, version: int, inputs: list[RolloutInput], sampler_state: dict[str, Any]

@@ -1,26 +1,58 @@
-"""Per-token log-probabilities of a training batch, computing each shared prompt once.
+"""Per-token log-probabilities of a training batch, in bounded memory, computing each shared prompt once.
 
-The ``G`` samples of a group share their prompt, which is often most of each sequence. A
-plain forward pass recomputes that prompt ``G`` times; here the distinct prompts are run
-once (left-padded, with a KV cache), the cache rows are expanded to the samples
-(``index_select``, so gradients from every sample flow back into the one prompt pass), and
-only the completions are run on top. The result is the same function of the weights as a
-full forward pass, with up to ``G``x fewer prompt-token FLOPs in both forward and backward.
-Rows whose prompt is not shared, and models with gradient checkpointing (which disables
-the KV cache in training), take the plain path.
+Memory. The LM head's output is the learner's largest tensor by far: ``[rows, tokens, vocab]``,
+about 0.6 MB per token in float32 at a 152k vocabulary, and a plain ``log_softmax`` over it
+keeps several copies alive (≈ 2.4 MB per token, 160 GB for 64 rows x 1k tokens). Here the
+model is run with ``logits_to_keep=1`` (its head sees one position per row) while a forward
+hook takes the decoder's final hidden states; the head and the log-softmax are then applied
+to the positions that are trained on (``loss_mask``) only, ``chunk_tokens`` positions at a
+time (`_HeadLogp`). Backward recomputes each chunk's logits from its hidden states instead of
+keeping them, and turns them into their own gradient in place, so at most one chunk of logits
+(plus small row blocks) is alive at any moment, forward or backward, whatever the batch size.
+
+Shared prompts. The ``G`` samples of a group share their prompt, which is often most of each
+sequence. A plain forward pass recomputes that prompt ``G`` times; here the distinct prompts
+are run once (left-padded, with a KV cache, only the last position's hidden state is used),
+the cache rows are expanded to the samples (``index_select``, so gradients from every sample
+flow back into the one prompt pass), and only the completions are run on top. The result is
+the same function of the weights as a full forward pass, with up to ``G``x fewer prompt-token
+FLOPs in both forward and backward. Rows whose prompt is not shared, and models with gradient
+checkpointing (which disables the KV cache in training), take the plain path.
+
+Works through DDP/accelerate wrappers, PEFT (LoRA, also on the head) and tied embeddings:
+the model's own ``forward`` runs, and the head is the model's ``get_output_embeddings()``
+module. A model that transforms logits after its head (soft-capping, a logit scale) is caught
+by a one-time check and falls back to the full-logits path (`full_logits_logps`), as does
+``chunk_tokens=None``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import logging
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from trainers.grpo.batch import TrainBatch
 from trainers.grpo.losses import entropy_from_logits
 
+log = logging.getLogger(__name__)
 
+DEFAULT_CHUNK_TOKENS = 1024
+"""Positions whose logits exist at once: 1024 x 152k vocab x 4 bytes = 0.6 GB in float32."""
+ROW_BLOCKS = 16
+"""A chunk's float32 temporaries are made a 1/16 of it at a time (bounds the peak at ≈ 1.1 chunks)."""
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+_HEAD_IS_PLAIN: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+# ----------------------------------------------------------------------------- the full-logits path
 def _entropy(logits: Tensor, with_grad: bool) -> Tensor:
     if with_grad:
         return entropy_from_logits(logits)
@@ -28,7 +60,14 @@ def _entropy(logits: Tensor, with_grad: bool) -> Tensor:
         return entropy_from_logits(logits.detach())
 
 
-def _full(model: Any, batch: TrainBatch, temperature: float, entropy_grad: bool) -> tuple[Tensor, Tensor]:
+def full_logits_logps(
+    model: Any, batch: TrainBatch, temperature: float = 1.0, *, entropy_grad: bool = False, with_entropy: bool = True
+) -> tuple[Tensor, Tensor | None]:
+    """``(logp, entropy)`` at every target from the whole ``[N, L, V]`` logits tensor.
+
+    The reference the chunked path is tested against, and the fallback for heads it cannot
+    reproduce; it needs ≈ 4 float32 copies of the logits, so only fits small batches.
+    """
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
                 use_cache=False)
     logits = out.logits[:, :-1, :].float()
@@ -36,87 +75,439 @@ def _full(model: Any, batch: TrainBatch, temperature: float, entropy_grad: bool)
         logits = logits / temperature
     targets = batch.input_ids[:, 1:]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return logp, _entropy(logits, entropy_grad)
+    entropy = _entropy(logits, entropy_grad) if with_entropy or entropy_grad else None
+    return logp, entropy
 
 
-def _prompt_groups(batch: TrainBatch) -> tuple[list[int], list[int]]:
-    """Representative row of each distinct prompt, and each row's prompt index."""
-    reps: list[int] = []
-    row_to_prompt: list[int] = []
-    seen: dict[tuple[int, int], list[int]] = {}
-    ids = batch.input_ids
-    for i, (g, p) in enumerate(zip(batch.group_ids.tolist(), batch.prompt_lens.tolist(), strict=True)):
-        match = None
-        for u in seen.get((g, p), []):
-            if torch.equal(ids[i, :p], ids[reps[u], :p]):
-                match = u
-                break
-        if match is None:
-            match = len(reps)
-            reps.append(i)
-            seen.setdefault((g, p), []).append(match)
-        row_to_prompt.append(match)
-    return reps, row_to_prompt
+# ----------------------------------------------------------------------------- model plumbing
+def _causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers model inside DDP/accelerate (``.module``), PEFT and ``torch.compile`` wrappers."""
+    m = model
+    for _ in range(8):
+        if isinstance(getattr(m, "module", None), nn.Module):
+            m = m.module
+        elif callable(getattr(m, "get_base_model", None)):
+            m = m.get_base_model()
+        elif isinstance(getattr(m, "_orig_mod", None), nn.Module):
+            m = m._orig_mod
+        else:
+            break
+    return m
 
 
-def completion_logps(
-    model: Any, batch: TrainBatch, temperature: float = 1.0, *, entropy_grad: bool = False, share_prompts: bool = True
-) -> tuple[Tensor, Tensor]:
-    """``(logp, entropy)``, each ``[N, L-1]`` over targets like ``batch.loss_mask``.
+def _keeps_logits(lm: nn.Module) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (every current transformers LM does)."""
+    try:
+        return "logits_to_keep" in inspect.signature(lm.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
-    Positions inside the prompt are 0 on the shared path (they are never in the loss).
+
+@contextlib.contextmanager
+def _capture_hidden(decoder: nn.Module) -> Iterator[list[Tensor]]:
+    """Collect the decoder's final hidden states (its ``last_hidden_state``) while the model runs."""
+    seen: list[Tensor] = []
+
+    def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+        seen.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
+
+    handle = decoder.register_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def _run(model: Any, decoder: nn.Module, **inputs: Any) -> tuple[Tensor, Any]:
+    """``(final hidden states [n, t, H], model output)`` with the head applied to the last position only."""
+    with _capture_hidden(decoder) as seen:
+        out = model(**inputs, logits_to_keep=1)
+    if not seen:
+        raise RuntimeError(f"{type(decoder).__name__} did not run during the forward pass; cannot take hidden states")
+    return seen[-1], out
+
+
+def _checkpointing(model: Any, lm: nn.Module) -> bool:
+    """Gradient checkpointing in effect (it switches the KV cache off, so prompts cannot be shared).
+
+    Asked of the wrapper and of the transformers model inside it: DDP does not forward attributes.
     """
-    flag = "is_activation_checkpointing" if hasattr(model, "is_activation_checkpointing") else "is_gradient_checkpointing"
-    checkpointing = bool(getattr(model, flag, False)) and model.training
-    if batch.prompt_lens is None or int(batch.prompt_lens.min()) < 1:
-        return _full(model, batch, temperature, entropy_grad)
-    reps, row_to_prompt = _prompt_groups(batch)
-    if not share_prompts or checkpointing or len(reps) == len(batch):
-        return _full(model, batch, temperature, entropy_grad)
+    flags = ("is_activation_checkpointing", "is_gradient_checkpointing")
+    on = any(bool(getattr(m, f, False)) for m in (model, lm) for f in flags)
+    return on and bool(getattr(model, "training", False))
+
+
+def _head_is_plain(lm: nn.Module, head: nn.Module, hidden: Tensor, logits: Tensor) -> bool:
+    """Once per model: are the model's logits exactly ``head(hidden)``? (No soft-cap, no scale.)
+
+    Anything the model does to logits after its head would be silently missing from the
+    chunked path, so it is compared once on the position the model computed itself.
+    """
+    known = _HEAD_IS_PLAIN.get(lm)
+    if known is not None:
+        return known
+    cfg = getattr(lm, "config", None)
+    transformed = any(getattr(cfg, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS)
+    with torch.no_grad():
+        mine = head(hidden[:, -1:].detach()).float()
+        plain = not transformed and torch.allclose(mine, logits[:, -1:].detach().float(), rtol=1e-4, atol=1e-5)
+    if not plain:
+        log.warning("%s transforms its logits after the LM head; using the full-logits path (more memory)",
+                    type(lm).__name__)
+    _HEAD_IS_PLAIN[lm] = plain
+    return plain
+
+
+# ----------------------------------------------------------------------------- chunked head + log-softmax
+def _blocks(rows: int) -> Iterator[slice]:
+    """Row slices that split a chunk into `ROW_BLOCKS` pieces (float32 temporaries stay small)."""
+    step = max(1, -(-rows // ROW_BLOCKS))
+    for start in range(0, rows, step):
+        yield slice(start, min(start + step, rows))
+
+
+def _chunk_stats(logits: Tensor, targets: Tensor, temperature: float, entropy: bool) -> tuple[Tensor, ...]:
+    """``(logp, logsumexp, entropy)`` of one chunk of raw head outputs ``[c, V]``, each ``[c]`` float32.
+
+    Overwrites ``logits`` when it is float32 (it is a temporary of the caller): no second
+    ``[c, V]`` buffer is made, only row blocks of it.
+    """
+    c = logits.shape[0]
+    logp = torch.empty(c, dtype=torch.float32, device=logits.device)
+    lse = torch.empty_like(logp)
+    ent = torch.empty_like(logp) if entropy else None
+    for b in _blocks(c):
+        u = logits[b].float()  # the same storage when float32
+        if temperature != 1.0:
+            u.div_(temperature)
+        top = u.amax(-1, keepdim=True)
+        u.sub_(top)
+        e = u.exp()
+        total = e.sum(-1)
+        log_total = total.log()
+        logp[b] = u.gather(1, targets[b].unsqueeze(1)).squeeze(1) - log_total
+        lse[b] = top.squeeze(1) + log_total
+        if ent is not None:  # H = log Σe - Σ e·u / Σe ; e·u is 0·(-inf) = nan on banned tokens, which have p = 0
+            ent[b] = log_total - e.mul_(u).nan_to_num_(nan=0.0).sum(-1) / total
+    return logp, lse, ent
+
+
+def _logit_grad_(logits: Tensor, targets: Tensor, lse: Tensor, ent: Tensor | None, g_logp: Tensor,
+                 g_ent: Tensor | None, temperature: float) -> None:
+    """Overwrite one chunk of head outputs ``[c, V]`` with the gradient of the loss with respect to them.
+
+    With u = z / T and log p = u - lse: d logp_t/du = onehot_t - p and dH/du = -p (log p + H),
+    so dL/dz = (g_logp onehot - p (g_logp + g_ent (log p + H))) / T, made a row block at a time.
+    """
+    for b in _blocks(logits.shape[0]):
+        u = logits[b].float()
+        if temperature != 1.0:
+            u.div_(temperature)
+        u.sub_(lse[b].unsqueeze(1))  # log p
+        p = u.exp()
+        g1 = g_logp[b].unsqueeze(1)
+        if g_ent is not None and ent is not None:
+            u.add_(ent[b].unsqueeze(1)).mul_(g_ent[b].unsqueeze(1)).add_(g1).mul_(p).neg_().nan_to_num_(nan=0.0)
+        else:
+            u.copy_(p.mul_(g1).neg_())
+        u.scatter_add_(1, targets[b].unsqueeze(1), g1)
+        if temperature != 1.0:
+            u.div_(temperature)
+        if u.data_ptr() != logits[b].data_ptr():
+            logits[b].copy_(u)
+
+
+@dataclass(frozen=True)
+class _Autocast:
+    """The forward's autocast state, re-entered when backward recomputes the head."""
+
+    device_type: str
+    enabled: bool
+    dtype: torch.dtype
+
+    @classmethod
+    def current(cls, device: torch.device) -> _Autocast:
+        kind = device.type
+        return cls(kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
+
+    def context(self) -> contextlib.AbstractContextManager[Any]:
+        if not self.enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+
+class _HeadLogp(torch.autograd.Function):
+    """``head`` + log-softmax over chunks of positions; backward recomputes each chunk's logits.
+
+    Saved for backward: the hidden states ``[M, H]`` and three ``[M]`` vectors, never logits.
+    The head's trainable parameters are explicit inputs, so their gradient (summed over the
+    chunks) reaches autograd once, like any other use of a parameter (DDP hooks fire once).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, chunk: int,
+                entropy: bool, entropy_grad: bool, *params: Tensor) -> tuple[Tensor, Tensor]:
+        logp, lse, ent = _chunked_forward(head, hidden, targets, temperature, chunk, entropy or entropy_grad)
+        ent_out = ent if ent is not None else logp.new_zeros(0)
+        ctx.save_for_backward(hidden, targets, lse, ent_out, *params)
+        ctx.head, ctx.temperature, ctx.chunk, ctx.entropy_grad = head, temperature, chunk, entropy_grad
+        ctx.autocast = _Autocast.current(hidden.device)
+        if not entropy_grad:
+            ctx.mark_non_differentiable(ent_out)
+        return logp, ent_out
+
+    @staticmethod
+    def backward(ctx: Any, g_logp: Tensor, g_ent: Tensor | None) -> tuple[Tensor | None, ...]:
+        hidden, targets, lse, ent, *params = ctx.saved_tensors
+        grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_params: list[Tensor | None] = [None] * len(params)
+        use_ent = ctx.entropy_grad and g_ent is not None
+        manual = _plain_linear(ctx.head)
+        for start in range(0, hidden.shape[0], ctx.chunk):
+            s = slice(start, start + ctx.chunk)
+            h = hidden[s].detach().requires_grad_(grad_hidden is not None and not manual)
+            with torch.set_grad_enabled(not manual), ctx.autocast.context():
+                z = ctx.head(h)
+            buf = z.detach()  # the logits become their own gradient, in place
+            _logit_grad_(buf, targets[s], lse[s], ent[s] if use_ent else None, g_logp[s],
+                         g_ent[s] if use_ent and g_ent is not None else None, ctx.temperature)
+            if manual:
+                grad_h = _linear_backward_(ctx.head, h, buf, params, grad_params)
+            else:
+                grad_h = _module_backward_(z, h if grad_hidden is not None else None, buf, params, grad_params)
+            del z, buf
+            if grad_hidden is not None and grad_h is not None:
+                grad_hidden[s] = grad_h
+        return (grad_hidden, None, None, None, None, None, None, *grad_params)
+
+
+def _plain_linear(head: nn.Module) -> bool:
+    """An ``nn.Linear`` without hooks: its backward is written out (`_linear_backward_`)."""
+    return type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
+
+
+def _accumulate(grads: list[Tensor | None], i: int, g: Tensor) -> None:
+    grads[i] = g if grads[i] is None else grads[i].add_(g)  # type: ignore[union-attr]
+
+
+def _linear_backward_(head: nn.Module, h: Tensor, grad_z: Tensor, params: Sequence[Tensor],
+                      grads: list[Tensor | None]) -> Tensor:
+    """Gradients of ``z = h W^T + b`` given dL/dz, the weight's summed over chunks in place.
+
+    Autograd would return a new ``[V, H]`` weight gradient per chunk and add it to the running
+    sum: one more vocabulary-sized tensor (2 GB for a 7B model's float32 head) for nothing.
+    Products are taken in dL/dz's dtype, like autocast's backward does.
+    """
+    low = grad_z.dtype
+    weight = head.weight
+    grad_h = (grad_z @ weight.to(low)).to(h.dtype)
+    for i, p in enumerate(params):
+        if p is weight:
+            if grads[i] is None:
+                grads[i] = torch.zeros_like(weight)
+            acc = grads[i]
+            assert acc is not None
+            if acc.dtype == low:
+                acc.addmm_(grad_z.t(), h.to(low))
+            else:
+                acc.add_(grad_z.t() @ h.to(low))
+        elif p is head.bias:
+            _accumulate(grads, i, grad_z.sum(0).to(p.dtype))
+    return grad_h
+
+
+def _module_backward_(z: Tensor, h: Tensor | None, grad_z: Tensor, params: Sequence[Tensor],
+                      grads: list[Tensor | None]) -> Tensor | None:
+    """Gradients through any head module (e.g. a LoRA-wrapped one) by autograd."""
+    wrt = ([h] if h is not None else []) + list(params)
+    out = list(torch.autograd.grad(z, wrt, grad_outputs=grad_z, allow_unused=True))
+    grad_h = out.pop(0) if h is not None else None
+    for i, g in enumerate(out):
+        if g is not None:
+            _accumulate(grads, i, g)
+    return grad_h
+
+
+def _chunked_forward(head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, chunk: int,
+                     entropy: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """`_chunk_stats` over ``chunk``-position pieces of ``hidden [M, H]``, without autograd."""
+    parts: list[tuple[Tensor, ...]] = []
+    with torch.no_grad():
+        for start in range(0, hidden.shape[0], chunk):
+            s = slice(start, start + chunk)
+            parts.append(_chunk_stats(head(hidden[s]), targets[s], temperature, entropy))
+    logp = torch.cat([p[0] for p in parts])
+    lse = torch.cat([p[1] for p in parts])
+    ent = torch.cat([p[2] for p in parts]) if entropy else None  # type: ignore[misc]
+    return logp, lse, ent
+
+
+def head_logps(head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float = 1.0, *,
+               chunk_tokens: int = DEFAULT_CHUNK_TOKENS, entropy: bool = False,
+               entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
+    """log p(target) (and the entropy) at each row of ``hidden [M, H]``, in chunks of ``chunk_tokens`` rows.
+
+    Differentiable (with bounded memory) when grad is enabled; the entropy carries a gradient
+    only with ``entropy_grad`` (it is otherwise a metric and costs one extra pass per block).
+    """
+    if hidden.shape[0] == 0:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if entropy or entropy_grad else None)
+    want_ent = entropy or entropy_grad
+    params = [p for p in head.parameters() if p.requires_grad]
+    if torch.is_grad_enabled() and (hidden.requires_grad or params):
+        logp, ent = _HeadLogp.apply(hidden, targets, head, temperature, chunk_tokens, entropy, entropy_grad, *params)
+        return logp, (ent if want_ent else None)
+    logp, _, ent = _chunked_forward(head, hidden, targets, temperature, chunk_tokens, want_ent)
+    return logp, ent
+
+
+# ----------------------------------------------------------------------------- positions
+@dataclass
+class _Positions:
+    """The trained positions, flattened: hidden states predicting them, their tokens, where they go."""
+
+    hidden: Tensor  # [M, H]
+    targets: Tensor  # [M]
+    flat: Tensor  # [M] index into the [N * (L - 1)] target grid
+    anchor: Tensor  # a tensor of the graph, so an empty selection still backpropagates (zeros)
+
+
+def _scatter(values: Tensor | None, pos: _Positions, shape: Sequence[int]) -> Tensor | None:
+    """Values at the selected positions, 0 elsewhere, as ``[N, L - 1]`` float32."""
+    if values is None:
+        return None
+    grid = torch.zeros(shape[0] * shape[1], dtype=torch.float32, device=pos.flat.device)
+    out = grid.index_copy(0, pos.flat, values).view(*shape)
+    if values.numel() == 0 and pos.anchor.requires_grad:
+        out = out + pos.anchor.sum() * 0.0
+    return out
+
+
+def _plain_positions(model: Any, decoder: nn.Module, batch: TrainBatch) -> tuple[_Positions, Tensor, Tensor]:
+    """One forward pass over the whole rows."""
+    hidden, out = _run(model, decoder, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, use_cache=False)
+    width = batch.input_ids.shape[1] - 1
+    rows, cols = batch.loss_mask.to(torch.bool).nonzero(as_tuple=True)
+    pos = _Positions(hidden=hidden[rows, cols], targets=batch.input_ids[rows, cols + 1],
+                     flat=rows * width + cols, anchor=hidden)
+    return pos, hidden, out.logits
+
+
+@dataclass
+class _Sharing:
+    """Which rows share a prompt, with the lengths the shared path needs, read from the device once."""
+
+    reps: list[int]  # representative row of each distinct prompt
+    row_to_prompt: list[int]  # each row's prompt index
+    prompt_lens: list[int]
+    total_lens: list[int]
+
+
+def _sharing(batch: TrainBatch) -> _Sharing:
+    """One device-to-host copy of the per-row facts (a round trip per row would stall a GPU each time)."""
+    assert batch.prompt_lens is not None
+    keys = batch.prompt_ids if batch.prompt_ids is not None else batch.group_ids
+    facts = torch.stack([keys, batch.prompt_lens, batch.attention_mask.sum(1)]).tolist()
+    ids, plens, lens = facts
+    if batch.prompt_ids is None:  # hand-built batches: prompts compared by their tokens, on the host
+        tokens = batch.input_ids.tolist()
+        ids = [hash((g, tuple(tokens[i][:p]))) for i, (g, p) in enumerate(zip(ids, plens, strict=True))]
+    first: dict[int, int] = {}
+    for i, key in enumerate(ids):
+        first.setdefault(key, i)
+    reps = list(first.values())
+    index = {key: u for u, key in enumerate(first)}
+    return _Sharing(reps, [index[key] for key in ids], plens, lens)
+
+
+def _left_aligned(ids: Tensor, starts: Tensor, lengths: Tensor, width: int, *, right_pad: bool) -> tuple[Tensor, ...]:
+    """``ids[i, starts[i] : starts[i] + lengths[i]]`` per row in a ``[N, width]`` grid, left- or
+    right-padded with 0, and its mask: one gather instead of a copy per row."""
+    col = torch.arange(width, device=ids.device).unsqueeze(0)
+    offset = col - (width - lengths.unsqueeze(1)) if not right_pad else col
+    valid = (offset >= 0) & (offset < lengths.unsqueeze(1))
+    src = (starts.unsqueeze(1) + offset).clamp(0, ids.shape[1] - 1)
+    grid = ids.gather(1, src)
+    return torch.where(valid, grid, torch.zeros_like(grid)), valid.long()
+
+
+def _shared_positions(model: Any, decoder: nn.Module, batch: TrainBatch,
+                      sharing: _Sharing) -> tuple[_Positions, Tensor, Tensor]:
+    """Each distinct prompt once (only its last hidden state is kept), then the completions on its KV cache."""
     from verifiers.inference import kv
 
     device = batch.input_ids.device
-    n, width = batch.input_ids.shape
+    width = batch.input_ids.shape[1]
     plens = batch.prompt_lens
+    assert plens is not None
     lens = batch.attention_mask.sum(1)
     # 1. each distinct prompt once, left-padded
-    P = int(plens[reps].max())
-    pid = torch.zeros((len(reps), P), dtype=torch.long, device=device)
-    pmask = torch.zeros((len(reps), P), dtype=torch.long, device=device)
-    for u, r in enumerate(reps):
-        p = int(plens[r])
-        pid[u, P - p :] = batch.input_ids[r, :p]
-        pmask[u, P - p :] = 1
+    reps = torch.tensor(sharing.reps, dtype=torch.long, device=device)
+    P = max(sharing.prompt_lens[r] for r in sharing.reps)
+    pid, pmask = _left_aligned(batch.input_ids.index_select(0, reps), torch.zeros_like(reps),
+                               plens.index_select(0, reps), P, right_pad=False)
     ppos = (pmask.cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=pid, attention_mask=pmask, position_ids=ppos, use_cache=True)
-    idx = torch.tensor(row_to_prompt, dtype=torch.long, device=device)
+    prompt_hidden, out = _run(model, decoder, input_ids=pid, attention_mask=pmask, position_ids=ppos, use_cache=True)
+    idx = torch.tensor(sharing.row_to_prompt, dtype=torch.long, device=device)
     cache = out.past_key_values
     kv.select_rows(cache, idx)
-    first_logits = out.logits[:, -1, :].index_select(0, idx)
+    first = prompt_hidden[:, -1, :].index_select(0, idx)
+    del out, prompt_hidden
     # 2. the completions (everything after the prompt, env tokens included) on top
     clens = lens - plens
-    C = int(clens.max())
-    cid = torch.zeros((n, C), dtype=torch.long, device=device)
-    cmask = torch.zeros((n, C), dtype=torch.long, device=device)
-    for i in range(n):
-        p, c = int(plens[i]), int(clens[i])
-        cid[i, :c] = batch.input_ids[i, p : p + c]
-        cmask[i, :c] = 1
+    C = max(t - p for t, p in zip(sharing.total_lens, sharing.prompt_lens, strict=True))
+    cid, cmask = _left_aligned(batch.input_ids, plens, clens, C, right_pad=True)
     cpos = plens.unsqueeze(1) + torch.arange(C, device=device).unsqueeze(0)
-    out2 = model(input_ids=cid, attention_mask=torch.cat([pmask.index_select(0, idx), cmask], dim=1),
-                 position_ids=cpos, past_key_values=cache, use_cache=True)
-    # completion token j is predicted by the prompt's last position (j = 0) or completion j - 1
-    pred = torch.cat([first_logits.unsqueeze(1), out2.logits[:, :-1, :]], dim=1).float()
-    if temperature != 1.0:
-        pred = pred / temperature
-    lp = pred.gather(-1, cid.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(pred, dim=-1)
-    ent = _entropy(pred, entropy_grad)
-    # 3. back to target coordinates: completion token j of row i is target plens[i] - 1 + j
+    hidden, out2 = _run(model, decoder, input_ids=cid, attention_mask=torch.cat([pmask.index_select(0, idx), cmask], 1),
+                        position_ids=cpos, past_key_values=cache, use_cache=True)
+    # completion token j is predicted by the prompt's last position (j = 0) or completion j - 1;
+    # it is target plens - 1 + j of its row
+    pred = torch.cat([first.unsqueeze(1), hidden[:, :-1, :]], dim=1)
     j = torch.arange(C, device=device).unsqueeze(0)
-    valid = j < clens.unsqueeze(1)
-    dummy = width - 1  # one spare column absorbs the padding writes, then is cut off
-    target = torch.where(valid, plens.unsqueeze(1) - 1 + j, torch.full_like(j.expand(n, C), dummy))
-    zeros = torch.zeros((n, width), dtype=lp.dtype, device=device)
-    logp = zeros.scatter(1, target, torch.where(valid, lp, torch.zeros_like(lp)))[:, : width - 1]
-    entropy = zeros.scatter(1, target, torch.where(valid, ent, torch.zeros_like(ent)))[:, : width - 1]
-    return logp, entropy
+    target_col = plens.unsqueeze(1) - 1 + j
+    trained = (j < clens.unsqueeze(1)) & batch.loss_mask.to(torch.bool).gather(1, target_col.clamp(max=width - 2))
+    rows, cols = trained.nonzero(as_tuple=True)
+    pos = _Positions(hidden=pred[rows, cols], targets=cid[rows, cols], flat=rows * (width - 1) + target_col[rows, cols],
+                     anchor=pred)
+    return pos, hidden, out2.logits
+
+
+def completion_logps(
+    model: Any,
+    batch: TrainBatch,
+    temperature: float = 1.0,
+    *,
+    entropy_grad: bool = False,
+    share_prompts: bool = True,
+    with_entropy: bool = True,
+    chunk_tokens: int | None = DEFAULT_CHUNK_TOKENS,
+) -> tuple[Tensor, Tensor | None]:
+    """``(logp, entropy)``, each ``[N, L-1]`` float32 over targets like ``batch.loss_mask``.
+
+    Only positions in ``batch.loss_mask`` are computed; the rest are 0 (nothing reads them:
+    the loss zeroes every input outside the mask). ``entropy`` is None unless ``with_entropy``
+    or ``entropy_grad``; it carries a gradient only with ``entropy_grad``. ``chunk_tokens``
+    bounds the logits alive at once (None: the full-logits path, `full_logits_logps`).
+    """
+    lm = _causal_lm(model)
+    head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
+    if chunk_tokens is None or head is None or not _keeps_logits(lm) or _HEAD_IS_PLAIN.get(lm) is False:
+        return full_logits_logps(model, batch, temperature, entropy_grad=entropy_grad, with_entropy=with_entropy)
+    decoder = lm.get_decoder()
+    shared = share_prompts and not _checkpointing(model, lm) and batch.prompt_lens is not None
+    sharing = _sharing(batch) if shared else None
+    if sharing is not None and min(sharing.prompt_lens) >= 1 and len(sharing.reps) < len(batch):
+        pos, last_hidden, logits = _shared_positions(model, decoder, batch, sharing)
+    else:
+        pos, last_hidden, logits = _plain_positions(model, decoder, batch)
+    if not _head_is_plain(lm, head, last_hidden, logits):
+        return full_logits_logps(model, batch, temperature, entropy_grad=entropy_grad, with_entropy=with_entropy)
+    del last_hidden, logits
+    logp, ent = head_logps(head, pos.hidden, pos.targets, temperature, chunk_tokens=chunk_tokens,
+                           entropy=with_entropy, entropy_grad=entropy_grad)
+    shape = (batch.input_ids.shape[0], batch.input_ids.shape[1] - 1)
+    out = _scatter(logp, pos, shape)
+    assert out is not None
+    return out, _scatter(ent, pos, shape)

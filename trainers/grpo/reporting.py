@@ -14,10 +14,23 @@ from verifiers.errors import ConfigError
 
 
 class MetricsLogger:
+    """Writes each logged step to every configured sink.
+
+    ``enabled=False`` (the processes other than rank 0 of a multi-process run) logs nothing
+    and opens no file: their metrics are the same global values, and several writers of one
+    ``metrics.jsonl`` or wandb run would interleave or duplicate rows.
+    """
+
     def __init__(self, out_dir: Path, report_to: Sequence[str], *, run_name: str, config: dict[str, Any],
-                 resume_step: int | None = None) -> None:
+                 resume_step: int | None = None, enabled: bool = True) -> None:
         self.out_dir = out_dir
         self.path = out_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self._file: Any = None
+        self._tb: Any = None
+        self._wandb: Any = None
+        if not enabled:
+            return
         if resume_step is not None and self.path.exists():
             # Keep what was logged up to the checkpoint; steps after it are about to be redone.
             kept = [ln for ln in self.path.read_text().splitlines() if _step_of(ln) <= resume_step]
@@ -25,8 +38,6 @@ class MetricsLogger:
         elif self.path.exists():
             self.path.unlink()
         self._file = self.path.open("a")
-        self._tb: Any = None
-        self._wandb: Any = None
         if "tensorboard" in report_to:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -41,6 +52,8 @@ class MetricsLogger:
             self._wandb = wandb.init(project="verifiers", name=run_name, config=config, dir=str(out_dir))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
@@ -52,7 +65,8 @@ class MetricsLogger:
             self._wandb.log(metrics, step=step)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:

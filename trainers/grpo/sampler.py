@@ -142,3 +142,21 @@ class RepeatSampler(Sampler[int]):
         self._generator.set_state(torch.tensor(state["generator_state"], dtype=torch.uint8))
         start = state["epoch_start_state"]
         self._epoch_start_state = None if start is None else torch.tensor(start, dtype=torch.uint8)
+
+
+def rank_groups(num_groups: int, rank: int, world_size: int) -> range:
+    """The positions, within one step's ``num_groups`` prompts, that process ``rank`` generates and trains.
+
+    Contiguous shares of equal size: every rank trains the same number of whole groups (a
+    group is never split across processes, its advantages need all of it), and the ranks
+    in order cover exactly the prompts one process would draw for the same global batch.
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is not one of world_size={world_size} processes")
+    if num_groups % world_size:
+        raise ConfigError(
+            f"prompts_per_step={num_groups} is the global number of prompts per step and must be divisible "
+            f"by the number of processes ({world_size}); each process trains whole groups of an equal share"
+        )
+    share = num_groups // world_size
+    return range(rank * share, (rank + 1) * share)

@@ -31,20 +31,25 @@ from typing import Any
 
 import torch
 
-from trainers.grpo.advantages import get_advantage_fn, group_stats
+from trainers.grpo.advantages import GroupStats, get_advantage_fn, group_stats
 from trainers.grpo.algorithms import AlgorithmPreset, compute_loss, get_algorithm
 from trainers.grpo.batch import TrainBatch, TrainRow, collate, expert_rows, row_from_result
 from trainers.grpo.checkpoint import (
+    PER_RANK,
+    checkpoint_path,
     latest_checkpoint,
     load_checkpoint,
+    rank_state,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
 from trainers.grpo.config import TrainConfig
+from trainers.grpo.distributed import Dist
 from trainers.grpo.generator import BatchGenerator, RolloutBatch
 from trainers.grpo.logprobs import completion_logps
 from trainers.grpo.losses import LossNormalizer, expert_count, mask_truncated
+from trainers.grpo.microbatch import micro_batches
 from trainers.grpo.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
 from trainers.grpo.store import ExperienceStore
 from trainers.grpo.weight_sync import WeightSync, make_weight_sync
@@ -84,6 +89,7 @@ class GRPOTrainer:
             raise ConfigError("the 'mix' algorithm needs expert_data = 'path/to/expert.jsonl' (rows with 'messages')")
         self.step = 0
         self.version = 0
+        self.dist = Dist()  # one process until `setup` joins a launched run
         self._stop_requested = False
         self._committing = False
 
@@ -94,8 +100,9 @@ class GRPOTrainer:
         path = self.cfg.model
         if path == "tiny":
             path = str(self.out / "base_model")
-            if not (Path(path) / "config.json").is_file():
-                save_tiny_model(path, TinyModelSpec(**self.cfg.tiny_model.model_dump()))
+            with self.dist.main_first():  # rank 0 builds it, the others load what it wrote
+                if self.dist.is_main and not (Path(path) / "config.json").is_file():
+                    save_tiny_model(path, TinyModelSpec(**self.cfg.tiny_model.model_dump()))
         return path
 
     def _load_model(self) -> tuple[Any, Any]:
@@ -134,8 +141,10 @@ class GRPOTrainer:
         import verifiers as vf
 
         cfg = self.cfg
+        self._join_processes()
         self.out.mkdir(parents=True, exist_ok=True)
-        cfg.save(self.out / "config.json")
+        if self.dist.is_main:
+            cfg.save(self.out / "config.json")
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         random.seed(cfg.seed)
@@ -171,14 +180,19 @@ class GRPOTrainer:
         # mixed_precision "no" even when an accelerate config says otherwise: accelerate's autocast
         # wrapper would also upcast every output to float32, i.e. the full [rows, tokens, vocab]
         # logits; the trainer applies its own autocast (`_autocast`) where it is wanted.
-        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no")
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, self.optimizer, self.scheduler)
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no",
+                                       kwargs_handlers=self._ddp_kwargs())
+        # The scheduler is not prepared: accelerate's wrapper would step it once per process at
+        # every optimizer step (it assumes a batch per process); here it steps once per step.
+        self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
         model = self.accelerator.unwrap_model(self.model)
         self.device = self.accelerator.device
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         urls = self._start_managed_servers()
-        self.sync: WeightSync = make_weight_sync(cfg, model, self.tokenizer, self.out, urls,
+        # Each rank's embedded engine samples with its own seed (seed + rank) where a request has none.
+        sync_cfg = cfg if self.dist.is_main else cfg.model_copy(update={"seed": cfg.seed + self.dist.rank})
+        self.sync: WeightSync = make_weight_sync(sync_cfg, model, self.tokenizer, self.out, urls,
                                                  log=self.console.print)
         env = vf.load_environment(cfg.env_id, **cfg.env_args)
         self.env = env
@@ -196,7 +210,7 @@ class GRPOTrainer:
             env, rows, make_client=self.sync.make_client, model_name=self.sync.model_name, sampling_args=sampling,
             prompts_per_step=cfg.prompts_per_step, num_generations=cfg.num_generations, seed=cfg.seed,
             max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
-            timeout_s=cfg.generation_timeout_s,
+            timeout_s=cfg.generation_timeout_s, rank=self.dist.rank, world_size=self.dist.world_size,
         )
         self.store = ExperienceStore(
             consumers=("trainer",), columns=COLUMNS, max_staleness=cfg.max_staleness,
@@ -207,6 +221,42 @@ class GRPOTrainer:
             self.expert = self._load_expert()
         self.pending: list[int] = []
         self.reward_history: list[float] = []
+
+    def _join_processes(self) -> None:
+        """Under ``accelerate launch``: join the other processes; only rank 0 prints and writes files.
+
+        A run against an external server is refused with several processes: its weight sync
+        (save + reload, NCCL broadcast) is one writer's job and is not coordinated across ranks.
+        """
+        cfg = self.cfg
+        self.dist = Dist.start(cpu=not torch.cuda.is_available())
+        if not self.dist.active:
+            return
+        if cfg.vllm is not None or cfg.base_urls:
+            raise ConfigError(
+                f"{self.dist.world_size} training processes with an external inference server (base_url / [vllm]) "
+                "are not supported: use the embedded engine (no base_url) under accelerate launch, or train in one "
+                "process against the server"
+            )
+        if cfg.prompts_per_step % self.dist.world_size:
+            raise ConfigError(
+                f"prompts_per_step={cfg.prompts_per_step} is the global number of prompts per step and must be "
+                f"divisible by the number of processes ({self.dist.world_size}): each trains whole groups"
+            )
+        if not self.dist.is_main:
+            self.console.quiet = True
+
+    def _ddp_kwargs(self) -> list[Any]:
+        """DDP without buffer broadcasts: each one is a collective inside every forward pass, and
+        ranks run different numbers of forwards (micro-batches follow their own rows), which would
+        deadlock; the buffers (rotary tables) are not trained and are equal on every rank anyway."""
+        import warnings
+
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        # torch >= 2.10 suggests forward_sync_buffers, which accelerate cannot pass on yet
+        warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+        return [DistributedDataParallelKwargs(broadcast_buffers=False)]
 
     def _training_rows(self, env: Any) -> list[dict[str, Any]]:
         data = env.get_dataset()
@@ -252,18 +302,23 @@ class GRPOTrainer:
         # generated here and is not a refill; every further generation is.
         regular = 0 if self.pending else 1
         submitted = 0
+        share = self.generator.groups_per_rank  # prompts_per_step with one process
         while True:
-            got = self.store.get("trainer", list(COLUMNS), cfg.prompts_per_step)
-            if got is not None:
+            # With several processes every rank takes the same decisions (on global values), so
+            # all of them submit, and draw from the shared prompt order, the same batches.
+            if self.dist.every_rank(self.store.num_available("trainer", list(COLUMNS)) >= share):
+                got = self.store.get("trainer", list(COLUMNS), share)
+                assert got is not None  # only this thread takes from or evicts in the store
                 break
             if not self.pending:
                 if submitted >= regular and submitted - regular >= cfg.max_refills:
-                    got = self.store.get("trainer", list(COLUMNS), cfg.prompts_per_step, allow_partial=True)
-                    if got is None:
+                    got = self.store.get("trainer", list(COLUMNS), share, allow_partial=True)
+                    if self.dist.any_rank(got is None):
                         raise ConfigError(
                             "no trainable groups after refills: every group had equal rewards (or went stale); "
                             "raise max_refills, lower filtering, or check the reward functions"
                         )
+                    assert got is not None
                     break
                 self._submit()
                 submitted += 1
@@ -312,41 +367,70 @@ class GRPOTrainer:
             # The expert share is of the whole batch (ANCHORS: 0.25 of 256 = 64 expert + 192 usual).
             ratio = self.preset.mix.expert_ratio
             k = expert_count(ratio, round(len(rows) / (1.0 - ratio)))
-            rng = random.Random(cfg.seed * 7919 + self.step)
+            # rank 0 draws what one process would; other ranks draw other expert rows
+            rng = random.Random(cfg.seed * 7919 + self.step + 1_000_003 * self.dist.rank)
             rows += [self.expert[rng.randrange(len(self.expert))] for _ in range(k)]
         batch = collate(rows, self.tokenizer.pad_token_id or 0).to(self.device)
         rl = ~batch.is_expert
         adv = torch.zeros(len(batch), device=batch.rewards.device)
-        adv_fn = get_advantage_fn(self.preset.advantage)
-        adv[rl] = adv_fn(batch.rewards[rl], batch.group_ids[rl], scale=self.preset.scale, eps=self.preset.eps)
+        adv[rl], stats = self._advantages(batch.rewards[rl], batch.group_ids[rl])
         batch.advantages = adv
-        stats = group_stats(batch.rewards[rl], batch.group_ids[rl])
+        return batch, self._batch_metrics(all_results, rows, batch, stats)
+
+    def _advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, GroupStats]:
+        """This rank's advantages and the group metrics, computed over every rank's rows.
+
+        Groups are whole on each rank, but a batch-level scale (``scale = "batch"``) and the
+        metrics need the global batch: with it, they equal what one process computes.
+        """
+        all_rewards, all_groups, offset = self.dist.gather_groups(rewards, group_ids)
+        adv_fn = get_advantage_fn(self.preset.advantage)
+        adv = adv_fn(all_rewards, all_groups, scale=self.preset.scale, eps=self.preset.eps)
+        return adv[offset : offset + len(rewards)], group_stats(all_rewards, all_groups)
+
+    def _batch_metrics(self, results: list[RolloutResult], rows: list[TrainRow], batch: TrainBatch,
+                       stats: GroupStats) -> dict[str, float]:
+        """The step's rollout metrics over the global batch (sums and counts added over ranks)."""
+        rl = ~batch.is_expert
         lengths = [sum(r.loss_mask) for r in rows if not r.is_expert]
+        local = {
+            "reward": sum(r.reward for r in results), "n/results": len(results),
+            "lengths": sum(lengths), "n/lengths": len(lengths),
+            "clipped": float(batch.is_truncated[rl].sum()), "n/rl": float(rl.sum()),
+            "errors": sum(1 for r in results if r.error),
+        }
+        for r in results:
+            for k, v in r.metrics.items():
+                local[f"rewards/{k}"] = local.get(f"rewards/{k}", 0.0) + v
+                local[f"n/rewards/{k}"] = local.get(f"n/rewards/{k}", 0) + 1
+        tot = self.dist.sum_values(local)
         metrics: dict[str, float] = {
-            "reward": float(sum(r.reward for r in all_results) / len(all_results)),
+            "reward": tot["reward"] / tot["n/results"],
             "reward_std": float(stats.reward_std),
             "frac_reward_zero_std": float(stats.frac_reward_zero_std),
-            "completions/mean_length": float(sum(lengths) / len(lengths)),
-            "completions/max_length": float(max(lengths)),
-            "completions/clipped_ratio": float(batch.is_truncated[rl].float().mean()),
-            "rollouts/errors": float(sum(1 for r in all_results if r.error)),
-            "rollouts/trained": float(int(rl.sum())),
+            "completions/mean_length": tot["lengths"] / tot["n/lengths"],
+            "completions/max_length": self.dist.max_values({"m": float(max(lengths))})["m"],
+            "completions/clipped_ratio": tot["clipped"] / tot["n/rl"],
+            "rollouts/errors": tot["errors"],
+            "rollouts/trained": tot["n/rl"],
         }
-        funcs: dict[str, list[float]] = {}
-        for r in all_results:
-            for k, v in r.metrics.items():
-                funcs.setdefault(k, []).append(v)
-        for k, vs in funcs.items():
-            metrics[f"rewards/{k}"] = sum(vs) / len(vs)
-        return batch, metrics
+        for k in sorted(tot):
+            if k.startswith("rewards/"):
+                metrics[k] = tot[k] / tot[f"n/{k}"]
+        return metrics
 
     def _logps_no_grad(self, model: Any, batch: TrainBatch, chunks: int) -> torch.Tensor:
         out = torch.zeros_like(batch.sampler_logp)
-        idx = torch.arange(len(batch), device=batch.input_ids.device)
+        device = batch.input_ids.device
+        if self.cfg.micro_batch_tokens is None:
+            parts = list(torch.arange(len(batch), device=device).chunk(chunks))
+        else:  # by the token budget; unshuffled, since the values do not depend on the split
+            parts = [p.to(device) for p in micro_batches(batch, self.cfg.micro_batch_tokens)]
         with torch.no_grad():
-            for part in idx.chunk(chunks):
+            for part in parts:
                 sub = batch.select(part)
-                lp, _ = completion_logps(model, sub, self.cfg.temperature)
+                lp, _ = completion_logps(model, sub, self.cfg.temperature, with_entropy=False,
+                                         chunk_tokens=self.cfg.logprob_chunk_tokens)
                 out[part, : lp.shape[1]] = lp
         return out
 
@@ -377,7 +461,9 @@ class GRPOTrainer:
         if preset.mask_truncated_completions:
             mask = mask_truncated(mask, batch.is_truncated)
         batch.loss_mask = mask
-        normalizer = LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens)
+        # Several processes: every rank divides by the counts of the union batch (see `_backward`).
+        normalizer = self.dist.normalizer(
+            LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens))
         chunks = cfg.gradient_accumulation_steps
         old = self._logps_no_grad(self.model, batch, chunks) if cfg.num_iterations > 1 else None
         ref = None
@@ -397,12 +483,18 @@ class GRPOTrainer:
                 gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step * 101 + it)
                 # Seeded on the CPU (the same order on every device), used where the batch lives:
                 # index_select refuses a CPU index for CUDA tensors.
-                perm = torch.randperm(len(batch), generator=gen).to(batch.input_ids.device)
-                for part in perm.chunk(chunks):
+                if cfg.micro_batch_tokens is None:
+                    perm = torch.randperm(len(batch), generator=gen).to(batch.input_ids.device)
+                    parts = list(perm.chunk(chunks))
+                else:  # by the token budget, rows of similar length together, groups whole
+                    plan = micro_batches(batch, cfg.micro_batch_tokens, generator=gen)
+                    parts = [p.to(batch.input_ids.device) for p in plan]
+                for part in parts:
                     sub = batch.select(part)
                     width = sub.loss_mask.shape[1]
                     logp, entropy = completion_logps(
-                        self.model, sub, cfg.temperature, entropy_grad=preset.entropy_coef != 0
+                        self.model, sub, cfg.temperature, entropy_grad=preset.entropy_coef != 0,
+                        chunk_tokens=cfg.logprob_chunk_tokens, share_prompts=self._share_prompts(),
                     )
                     loss, m = compute_loss(
                         preset,
@@ -416,7 +508,7 @@ class GRPOTrainer:
                         entropy=entropy,
                         normalizer=normalizer,
                     )
-                    self.accelerator.backward(loss)
+                    self._backward(loss, last=part is parts[-1])
                     for k, v in m.items():
                         sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
                 if cfg.max_grad_norm is not None:
@@ -439,6 +531,36 @@ class GRPOTrainer:
         sums["learning_rate"] = float(self.scheduler.get_last_lr()[0])
         return sums
 
+    def _backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        """Backward of one micro-batch; under DDP gradients are all-reduced on the ``last`` one only.
+
+        Each rank's loss is its share of the global loss (global normaliser), and DDP averages
+        gradients over ranks, so the loss is scaled by the world size: the reduced gradient is
+        then the one a single process gets on the union batch.
+        """
+        if self.dist.active:
+            loss = loss * self.dist.world_size
+        with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+            self.accelerator.backward(loss)
+
+    def _share_prompts(self) -> bool:
+        """Whether the learner may run each group's prompt once (not with gradient checkpointing).
+
+        The flag lives on the transformers model, not on a DDP wrapper, so it is read from the
+        unwrapped module (``completion_logps`` only sees the wrapper it is given).
+        """
+        lm = self.accelerator.unwrap_model(self.model)
+        flags = ("is_activation_checkpointing", "is_gradient_checkpointing")
+        return not any(bool(getattr(lm, f, False)) for f in flags)
+
+    def _global_train_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """The learner's metrics over every rank: loss and the token metrics are each rank's
+        contributions to the global value (global normaliser), so they add up; the gradient norm
+        (taken after the all-reduce) and the learning rate are the same on every rank."""
+        same = {k: metrics[k] for k in ("grad_norm", "learning_rate") if k in metrics}
+        summed = self.dist.sum_values({k: v for k, v in metrics.items() if k not in same})
+        return {**summed, **same}
+
     # -- loop ------------------------------------------------------------------------------
     def _data_state(self) -> dict[str, Any]:
         """Everything a checkpoint holds besides weights, optimizer and scheduler."""
@@ -452,16 +574,32 @@ class GRPOTrainer:
             "reward_history": list(self.reward_history),
         }
 
-    def _checkpoint(self, data_state: dict[str, Any] | None = None) -> Path:
-        """``data_state``: the one taken at the start of an unfinished step (see `train`)."""
-        payload = {
-            **(data_state or self._data_state()),
-            "model": self.accelerator.unwrap_model(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "config": self.cfg.model_dump(mode="json"),
-        }
-        return save_checkpoint(self.out / "checkpoints", self.step, payload, keep=self.cfg.keep_checkpoints)
+    def _checkpoint(self, data_state: dict[str, Any] | None = None, *, together: bool = True) -> Path:
+        """``data_state``: the one taken at the start of an unfinished step (see `train`).
+
+        Rank 0 writes it. ``together``: every rank is at this point (a regular save), so their
+        own parts (store, RNGs) are gathered into it and they wait until it exists. The stop
+        and error paths pass False: ranks may get there at different moments, so no collective
+        is safe; rank 0 saves alone, and the other ranks resume from their seeds.
+        """
+        state = data_state or self._data_state()
+        own = {k: state[k] for k in PER_RANK}
+        ranks = self.dist.gather(own) if together else [own]
+        root = self.out / "checkpoints"
+        path = checkpoint_path(root, self.step)
+        if self.dist.is_main:
+            payload = {
+                **state,
+                "ranks": ranks,
+                "model": self.accelerator.unwrap_model(self.model).state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "config": self.cfg.model_dump(mode="json"),
+            }
+            path = save_checkpoint(root, self.step, payload, keep=self.cfg.keep_checkpoints)
+        if together:
+            self.dist.barrier()
+        return path
 
     def _resume(self, where: str | bool) -> bool:
         """Load the checkpoint; False when there is none (the run starts fresh)."""
@@ -473,10 +611,12 @@ class GRPOTrainer:
         self.accelerator.unwrap_model(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.generator.load_state_dict(state["generator"])
-        self.store.load_state_dict(state["store"])
-        set_rng_state(state["rng"])
-        self.sync.set_rng_state(state["engine_rng"])
+        self.generator.load_state_dict(state["generator"])  # the global prompt order: the same on every rank
+        own = rank_state(state, self.dist.rank)
+        if own is not None:  # None: the saving run had fewer processes; this rank keeps its seeds
+            self.store.load_state_dict(own["store"])
+            set_rng_state(own["rng"])
+            self.sync.set_rng_state(own["engine_rng"])
         self.step = int(state["step"])
         self.version = int(state["version"])
         self.sync.on_resume(self.version)
@@ -515,6 +655,7 @@ class GRPOTrainer:
                 with contextlib.suppress(Exception):
                     sync.close()
             self._stop_servers()
+            self.dist.close()
 
     def _train(self, resume: str | bool) -> TrainSummary:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -524,7 +665,7 @@ class GRPOTrainer:
         if not (resume and self._resume(resume)):
             self.sync.on_start(self.version)
         logger = MetricsLogger(self.out, cfg.report_to, run_name=self.out.name, config=cfg.model_dump(mode="json"),
-                               resume_step=self.step if resume else None)
+                               resume_step=self.step if resume else None, enabled=self.dist.is_main)
         t0 = time.perf_counter()
         interrupted = False
         self._stop_requested = False
@@ -552,21 +693,22 @@ class GRPOTrainer:
             signal.signal(signal.SIGTERM, on_term)
             signal.signal(signal.SIGINT, on_int)
         progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.fields[info]}"), console=self.console, disable=not cfg.progress)
+                            TextColumn("{task.fields[info]}"), console=self.console,
+                            disable=not cfg.progress or not self.dist.is_main)
         last_groups: list[list[RolloutResult]] = []
         unsynced: dict[str, float] | None = None
         try:
             with progress:
                 task = progress.add_task("train", total=cfg.max_steps, completed=self.step, info="")
                 while self.step < cfg.max_steps:
-                    if self._stop_requested:
+                    if self.dist.any_rank(self._stop_requested):  # all ranks stop at the same step
                         raise KeyboardInterrupt
                     step_start = self._data_state()
                     t_step = time.perf_counter()
                     groups, versions, info = self._take_batch()
                     batch, metrics = self._build(groups)
                     t_train = time.perf_counter()
-                    metrics.update(self._optimize(batch))
+                    metrics.update(self._global_train_metrics(self._optimize(batch)))
                     self.version += 1
                     self.step += 1
                     self.store.set_policy_version(self.version)
@@ -582,7 +724,7 @@ class GRPOTrainer:
                     metrics["time/train_s"] = time.perf_counter() - t_train
                     metrics["time/step_s"] = time.perf_counter() - t_step
                     metrics["refills"] = info["refills"]
-                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    if cfg.eval_every and self.step % cfg.eval_every == 0 and self.dist.is_main:
                         metrics.update(self._evaluate())
                     self.reward_history.append(metrics["reward"])
                     last_groups = groups
@@ -595,7 +737,7 @@ class GRPOTrainer:
         except KeyboardInterrupt:
             interrupted = True
             self.generator.cancel_pending()
-            path = self._checkpoint(step_start)
+            path = self._checkpoint(step_start, together=False)
             self.console.print(f"[yellow]interrupted at step {self.step}; checkpoint saved to {path}; "
                                f"continue with --resume[/yellow]")
         except ServerError as exc:
@@ -604,7 +746,7 @@ class GRPOTrainer:
             if step_start is None and unsynced is not None:  # the step trained; only its sync failed
                 self.reward_history.append(unsynced["reward"])
                 logger.log(self.step, {**unsynced, "sync/failed": 1.0})
-            path = self._checkpoint(step_start)
+            path = self._checkpoint(step_start, together=False)
             self.console.print(f"[red]stopped at step {self.step}: {exc}[/red]")
             self.console.print(f"checkpoint saved to {path}; once the server is back, continue with --resume")
             raise ServerError(f"{exc} (stopped at step {self.step}; checkpoint {path}; continue with --resume)") from exc
@@ -616,15 +758,18 @@ class GRPOTrainer:
             self.generator.close()
         if not interrupted:
             self._checkpoint()
-            self.sync.save_final(self.accelerator.unwrap_model(self.model), self.tokenizer, self.out / "final_model")
-            if last_groups and cfg.num_sample_completions:
+            if self.dist.is_main:
+                self.sync.save_final(self.accelerator.unwrap_model(self.model), self.tokenizer, self.out / "final_model")
+            self.dist.barrier()  # final_model exists on every rank's return
+            if last_groups and cfg.num_sample_completions and self.dist.is_main:
                 self.console.print(samples_table(self._samples(last_groups), f"samples at step {self.step}"))
-            if cfg.plot:
+            if cfg.plot and self.dist.is_main:
                 png = plot_curves(self.out / "metrics.jsonl", self.out / "curves.png")
                 if png is not None:
                     self.console.print(f"curves: {png}")
         wall = time.perf_counter() - t0
-        hist = [r["reward"] for r in read_metrics(self.out / "metrics.jsonl") if "reward" in r] or self.reward_history
+        logged = read_metrics(self.out / "metrics.jsonl") if self.dist.is_main else []  # rank 0 writes it
+        hist = [r["reward"] for r in logged if "reward" in r] or self.reward_history
         k = max(1, math.ceil(len(hist) * 0.1))
         return TrainSummary(
             steps=self.step, wall_s=wall,
