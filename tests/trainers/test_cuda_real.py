@@ -51,3 +51,38 @@ def test_engine_on_cuda_matches_the_cpu() -> None:
     assert [o.token_ids for o in gpu.outputs] == [o.token_ids for o in cpu.outputs]
     assert gpu.outputs[0].logprobs == pytest.approx(cpu.outputs[0].logprobs, abs=1e-3)
     assert all(len(o.token_ids) > 0 for o in seeded.outputs)
+
+
+def test_learner_peak_memory_by_the_cuda_allocator() -> None:
+    """The CPU accounting's claim checked against CUDA's own allocator: chunked logprobs at a 152k
+    vocabulary need about one float32 chunk of logits above the model's activations."""
+    import importlib.util
+
+    from trainers.grpo.logprobs import completion_logps
+    from trainers.testing.memory import body_peak_bytes, learner_peak_bytes
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"
+    spec = importlib.util.spec_from_file_location("vf_bench_memory", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    vocab, chunk = 152_064, 256
+    model = bench.build_model(vocab, 64).to("cuda:0")
+
+    def allocator_peak(step: Callable[[], Any]) -> int:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    excess = []
+    for rows in (4, 16):
+        batch = bench.make_batch(rows, 128, vocab).to("cuda:0")
+        body = allocator_peak(lambda b=batch: body_peak_bytes(model, b))
+        new = allocator_peak(lambda b=batch: learner_peak_bytes(
+            model, b, lambda m, x: completion_logps(m, x, chunk_tokens=chunk)[0]))
+        excess.append((new - body) / (chunk * vocab * 4))
+    # kernel workspaces and the allocator's rounding are not in the CPU figure: a looser bound
+    assert max(excess) <= 2.0, excess
