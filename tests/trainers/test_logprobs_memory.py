@@ -136,10 +136,16 @@ def test_no_grad_values_and_optional_entropy() -> None:
 def test_bf16_autocast_gives_the_same_logps() -> None:
     model = tiny()
     batch = make_batch(model.config.vocab_size)
+    exact = step(model, batch, full_logits_logps)  # float32: the values both bf16 paths approximate
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ref = step(model, batch, full_logits_logps)
         new = step(model, batch, functools.partial(completion_logps, chunk_tokens=4))
-    torch.testing.assert_close(new[0], ref[0], atol=1e-5, rtol=0)
+    # bf16 matmuls of different shapes round differently, so the two paths agree only to bf16
+    # precision; the chunked path must be no further from the float32 values than the full one.
+    ref_err = float((ref[0] - exact[0]).abs().max())
+    new_err = float((new[0] - exact[0]).abs().max())
+    assert new_err <= 1.5 * ref_err + 1e-4, (new_err, ref_err)
+    torch.testing.assert_close(new[0], ref[0], atol=4e-3, rtol=0)
     for name, g in ref[2].items():  # bf16 gradients: the chunked path keeps dL/dlogits in float32 longer
         assert float((new[2][name] - g).norm()) <= 0.02 * float(g.norm()) + 1e-3, name
 
@@ -249,3 +255,21 @@ def test_learner_peak_is_about_one_chunk_of_logits_whatever_the_batch(wide_vocab
     finally:
         embedding.requires_grad_(True)
     assert CHUNK_BYTES <= new - body <= limit, f"frozen head: {(new - body) / CHUNK_BYTES:.2f} chunks"
+
+
+def test_hidden_states_are_only_taken_from_the_learners_own_thread() -> None:
+    """The embedded engine decodes with the same modules on its thread while the learner runs
+    (``num_batches_ahead``); its one-token decode outputs must not be read as the learner's."""
+    import threading
+
+    from trainers.grpo.logprobs import _capture_hidden
+
+    model = tiny()
+    decoder = _causal_lm(model).get_decoder()
+    ids = torch.randint(3, model.config.vocab_size, (2, 9))
+    with torch.no_grad(), _capture_hidden(decoder) as seen:
+        model(input_ids=ids)
+        other = threading.Thread(target=lambda: model(input_ids=ids[:, :1]))
+        other.start()
+        other.join()
+    assert [tuple(h.shape[:2]) for h in seen] == [(2, 9)]

@@ -100,6 +100,9 @@ class TrainConfig(BaseModel):
     nccl_address: str | None = Field(None, description="nccl: this host's address the servers reach (default: routed)")
     server_model_name: str = "policy"
     engine_max_batch_size: int = Field(256, ge=1)
+    engine_max_kv_tokens: int | None = Field(
+        None, ge=1, description="embedded engine: KV-cache budget in tokens (rows x longest prompt + max_tokens); "
+                                "default max_batch_size x max_model_len, on a GPU at most half its free memory")
 
     # optimisation
     learning_rate: float = Field(1e-5, gt=0)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -105,11 +106,18 @@ def _keeps_logits(lm: nn.Module) -> bool:
 
 @contextlib.contextmanager
 def _capture_hidden(decoder: nn.Module) -> Iterator[list[Tensor]]:
-    """Collect the decoder's final hidden states (its ``last_hidden_state``) while the model runs."""
+    """Collect the decoder's final hidden states (its ``last_hidden_state``) while the model runs.
+
+    Only this thread's forward passes are collected: the embedded engine decodes with the same
+    modules on its own thread while the learner runs (``num_batches_ahead``), and its one-token
+    decode outputs must never be taken for the learner's hidden states.
+    """
     seen: list[Tensor] = []
+    owner = threading.get_ident()
 
     def hook(_module: nn.Module, _args: Any, output: Any) -> None:
-        seen.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
+        if threading.get_ident() == owner:
+            seen.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
 
     handle = decoder.register_forward_hook(hook)
     try:

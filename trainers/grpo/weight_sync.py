@@ -43,11 +43,13 @@ class WeightSync(Protocol):
 
 
 class SharedEngineSync:
-    def __init__(self, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int, seed: int) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int, seed: int,
+                 max_kv_tokens: int | None = None) -> None:
         from verifiers.inference.engine import InferenceEngine
 
         self.model_name = model_name
-        self.engine = InferenceEngine(model, tokenizer, max_batch_size=max_batch_size, seed=seed).start()
+        self.engine = InferenceEngine(model, tokenizer, max_batch_size=max_batch_size, seed=seed,
+                                      max_kv_tokens=max_kv_tokens).start()
 
     def make_client(self) -> Any:
         # Environments get the engine without HTTP or the SDK pipeline in between (same API).
@@ -147,7 +149,8 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
     urls = urls if urls is not None else cfg.base_urls
     if not urls:
         return SharedEngineSync(model, tokenizer, model_name=cfg.server_model_name,
-                                max_batch_size=cfg.engine_max_batch_size, seed=cfg.seed)
+                                max_batch_size=cfg.engine_max_batch_size, seed=cfg.seed,
+                                max_kv_tokens=cfg.engine_max_kv_tokens)
     for u in urls:
         if not u.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must be an http(s) URL, got {u!r}")

@@ -23,6 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sampler for requests without their own")
     ap.add_argument("--logprobs-mode", choices=["raw", "processed"], default="raw")
+    ap.add_argument("--max-kv-tokens", type=int, default=None,
+                    help="KV-cache budget in tokens, counted as rows x longest (prompt + max_tokens); requests wait "
+                         "until they fit (default: max-batch-size x max-model-len, on a GPU at most half its free memory)")
+    ap.add_argument("--max-prefill-tokens", type=int, default=8192,
+                    help="new tokens one prefill forward may process; longer prompts are prefilled in chunks")
     return ap
 
 
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = InferenceEngine.from_pretrained(
             args.model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
             max_model_len=args.max_model_len, seed=args.seed, logprobs_mode=args.logprobs_mode,
+            max_kv_tokens=args.max_kv_tokens, max_prefill_tokens=args.max_prefill_tokens,
         )
     except ConfigError as exc:
         print(f"vf-serve: {exc}", file=sys.stderr)

@@ -17,15 +17,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verifiers.errors import ConfigError, OverlongPromptError
-from verifiers.inference import kv
-from verifiers.inference.sampling import RowSampling, SamplingParams, process_logits, sample
+from verifiers.errors import ConfigError, OverlongPromptError, ServerError
+from verifiers.inference.kv import RowTable, SlotKV
+from verifiers.inference.kv_budget import DEFAULT_PREFILL_TOKENS, Budget, default_kv_tokens
+from verifiers.inference.sampling import RowSampling, SamplingParams
+
+_SEQ_IDS = itertools.count()
 
 
 @dataclass(slots=True)
@@ -110,6 +114,12 @@ class _Request:
     seqs: list[_Seq] = field(default_factory=list)
     remaining: int = 0
     cancelled: bool = False
+    order: int = 0  # admission order: on an out-of-memory error the newest request is shed
+
+    @property
+    def worst(self) -> int:
+        """Worst-case cache length of each of its rows: prompt + max_tokens."""
+        return len(self.prompt_ids) + self.max_tokens
 
 
 @dataclass(slots=True, eq=False)
@@ -118,6 +128,9 @@ class _Seq:
     index: int
     row: RowSampling
     forced: list[int]
+    used: int = 0  # cache columns this row occupies (left padding of its prefill group included)
+    worst: int = 0  # the most columns it can reach: padded prompt + max_tokens
+    uid: int = field(default_factory=lambda: next(_SEQ_IDS))  # unlike id(), never reused
     out: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -132,7 +145,17 @@ class InferenceEngine:
     """Owns a causal LM and serves generation requests with continuous batching.
 
     Use as a context manager (or `start`/`stop`). ``max_batch_size`` bounds the number of
-    sequences decoded together; more requests wait their turn. ``logprobs_mode="raw"``
+    sequences decoded together; more requests wait their turn.
+
+    Memory: ``max_kv_tokens`` bounds the KV cache, counted densely as rows x the longest row's
+    worst case (prompt + max_tokens); a request is admitted, first come first served, only when
+    its rows fit next to the running ones (`verifiers.inference.kv_budget`). ``None`` means
+    ``max_batch_size * max_model_len``, capped on a GPU to half the memory free at construction.
+    ``max_prefill_tokens`` bounds the new tokens one prefill forward processes (long prompts are
+    prefilled in chunks). The cache is preallocated and written in place (`verifiers.inference.kv.SlotKV`).
+    An out-of-memory error fails only the newest request; the others continue.
+
+    ``logprobs_mode="raw"``
     (vLLM's default) reports log-softmax of the model's logits, before temperature and
     filtering, which is what a trainer compares its own log-probabilities against.
     """
@@ -146,6 +169,8 @@ class InferenceEngine:
         max_model_len: int | None = None,
         seed: int = 0,
         logprobs_mode: str = "raw",
+        max_kv_tokens: int | None = None,
+        max_prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
     ) -> None:
         import torch
 
@@ -157,6 +182,14 @@ class InferenceEngine:
         self.max_model_len = int(max_model_len or getattr(model.config, "max_position_embeddings", 2048))
         self.logprobs_mode = logprobs_mode
         self.device = next(model.parameters()).device
+        if max_kv_tokens is not None and max_kv_tokens < 1:
+            raise ConfigError(f"max_kv_tokens must be >= 1, got {max_kv_tokens}")
+        if max_prefill_tokens < 1:
+            raise ConfigError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
+        self.max_kv_tokens = int(max_kv_tokens or default_kv_tokens(model, self.device, max_batch_size,
+                                                                      self.max_model_len))
+        self.max_prefill_tokens = int(max_prefill_tokens)
+        self.budget = Budget(self.max_kv_tokens, max_batch_size)
         self.eos_ids = self._eos_ids()
         self.weight_version = 0
         # Generators live on the model's device: torch.multinomial refuses a CPU generator for CUDA tensors.
@@ -168,8 +201,15 @@ class InferenceEngine:
         self._stopping = False
         self._pause_depth = 0
         self._is_paused = False
-        self._batch: _Batch | None = None
-        self.stats = {"steps": 0, "prefills": 0, "tokens": 0, "max_batch": 0}
+        self._admitted = 0
+        self._kv = SlotKV(self.device)
+        self._rows = RowTable(self.device)
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self._cache = self._kv.cache(int(cfg.num_hidden_layers))
+        self._comp_key: tuple[int, ...] = ()
+        self._comp: dict[str, Any] = {}
+        self.stats = {"steps": 0, "prefills": 0, "tokens": 0, "max_batch": 0, "prefill_forwards": 0,
+                      "kv_bytes": 0, "peak_kv_bytes": 0, "kv_capacity_tokens": 0, "oom_failures": 0}
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -283,6 +323,13 @@ class InferenceEngine:
                 f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
                 "completion). Please reduce the length of the messages or completion."
             )
+        worst = len(prompt_ids) + max_tokens
+        if self.budget.never_fits(n, worst):
+            raise OverlongPromptError(
+                f"This request needs up to {n * worst} KV-cache tokens (n={n} x ({len(prompt_ids)} prompt + "
+                f"{max_tokens} max_tokens)), more than the engine's max_kv_tokens={self.max_kv_tokens} even when "
+                "idle. Lower max_tokens or n, or start the engine with a larger max_kv_tokens."
+            )
         return max_tokens
 
     def _make_request(
@@ -372,20 +419,72 @@ class InferenceEngine:
                         if self._waiting or self._active:
                             break
                         self._cv.wait()
-                    room = self.max_batch_size - len(self._active)
-                    new: list[_Request] = []
-                    while self._waiting and room >= self._waiting[0].n:
-                        req = self._waiting.pop(0)
-                        if req.cancelled:
-                            continue
-                        room -= req.n
-                        new.append(req)
-                    if not new and not self._active and self._waiting:
-                        new.append(self._waiting.pop(0))  # larger than the batch cap: run it alone
+                    new = self._admit()
                 try:
-                    self._step(new)
+                    self._step_or_shed(new)
                 except Exception as exc:
                     self._fail_all(exc, also=new)
+
+    def _admit(self) -> list[_Request]:
+        """Waiting requests that fit the KV budget and the row cap, strictly first come first served.
+
+        Only the head of the queue can be admitted, so a large request is never overtaken by a
+        stream of small ones: it waits until enough rows finish. Alone in an empty engine a request
+        always runs (one that could never fit was refused at submission).
+        """
+        rows, width = len(self._active), self._active_width()
+        new: list[_Request] = []
+        while self._waiting:
+            req = self._waiting[0]
+            if req.cancelled:
+                self._waiting.pop(0)
+                continue
+            if not (self._active or new) or self.budget.fits(rows, width, req.n, req.worst):
+                self._waiting.pop(0)
+                self._admitted += 1
+                req.order = self._admitted
+                new.append(req)
+                rows, width = rows + req.n, max(width, req.worst)
+            else:
+                break
+        return new
+
+    def _active_width(self) -> int:
+        """Worst-case dense width (padded prompt + max_tokens) of the running rows."""
+        return max((s.worst for s in self._active), default=0)
+
+    def _step_or_shed(self, new: list[_Request]) -> None:
+        """Run one step; on an out-of-memory error fail the newest request, free its rows, and retry.
+
+        The newest admitted request is the one the memory was not there for; every other request
+        keeps its rows and continues. A failed step leaves no committed state behind (a retried
+        decode rewrites the same cache column), so retrying is safe.
+        """
+        while True:
+            try:
+                self._step(new)
+                return
+            except Exception as exc:
+                if not _is_oom(exc):
+                    raise
+                victim = new.pop() if new else max((s.req for s in self._active), key=lambda r: r.order, default=None)
+                if victim is None:
+                    raise
+                self.stats["oom_failures"] += 1
+                self._evict(victim, exc)
+                _empty_device_cache(self.device)
+                if not new and not self._active:
+                    return
+
+    def _evict(self, req: _Request, exc: BaseException) -> None:
+        req.cancelled = True
+        req.sink.fail(ServerError(
+            f"the inference engine ran out of device memory while this request ran ({exc}); other requests "
+            "continue. Lower max_kv_tokens (or max_prefill_tokens), or send fewer/shorter requests at once."
+        ))
+        rows = [i for i, s in enumerate(self._active) if s.req is req]
+        if rows:
+            self._remove_rows(rows)
 
     def _fail_all(self, exc: BaseException, also: Sequence[_Request] = ()) -> None:
         reqs = {id(s.req): s.req for s in self._active}
@@ -395,110 +494,292 @@ class InferenceEngine:
             r.sink.fail(exc)
         self._active = []
         self._waiting = []
-        self._batch = None
+        self._kv.release()
+        self._rows.drop("seen")
 
     def _step(self, new: list[_Request]) -> None:
         import torch
 
         # Cancelled requests leave before we spend compute on them.
         if any(s.req.cancelled for s in self._active):
-            self._drop([i for i, s in enumerate(self._active) if s.req.cancelled])
-        logits_parts = []
-        if self._active:
-            logits_parts.append(self._batch.decode(self.model))  # type: ignore[union-attr]
-        new_seqs: list[_Seq] = []
-        if new:
+            self._remove_rows([i for i, s in enumerate(self._active) if s.req.cancelled])
+        active = self._active
+        n_dec = len(active)
+        plan = self._plan_prefill(new, n_dec) if new else None
+        n_new = len(plan.seqs) if plan is not None else 0
+        dec_width = max((s.used for s in active), default=-1) + 1
+        cols = max(dec_width, plan.width if plan is not None else 0)
+        bound = max(self._active_width(), max((s.worst for s in plan.seqs), default=0) if plan else 0)
+        self._kv.reserve(n_dec + n_new, cols, keep_rows=n_dec, keep_cols=max(dec_width - 1, 0),
+                         max_tokens=self.budget.max_tokens, max_cols=bound)
+        self._rows.ensure(n_dec + n_new)
+        parts = []
+        if n_dec:
+            parts.append(self._decode_forward(n_dec, dec_width))
+        if plan is not None:
             self.stats["prefills"] += 1
+            parts.append(self._prefill(plan, n_dec))
+        logits = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        seqs = active + (plan.seqs if plan is not None else [])
+        tokens, host = self._choose(logits, seqs)
+        self._commit(tokens, n_dec, len(seqs))
+        if plan is not None:
             for req in new:
                 req.version = self.weight_version
-                req.remaining = req.n
-                for j in range(req.n):
-                    p = req.params
-                    row = RowSampling(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.seed, j)
-                    if p.repetition_penalty != 1.0:
-                        row.seen = set(req.prompt_ids)
-                    seq = _Seq(req, j, row, list(req.forced))
-                    req.seqs.append(seq)
-                    new_seqs.append(seq)
-            new_batch, new_logits = _Batch.prefill(self.model, new, self.device)
-            logits_parts.append(new_logits)
-            if self._batch is None:
-                self._batch = new_batch
-            else:
-                self._batch.merge(new_batch)
-            self._active.extend(new_seqs)
+            self._active = seqs
         self.stats["steps"] += 1
-        self.stats["max_batch"] = max(self.stats["max_batch"], len(self._active))
-        logits = logits_parts[0] if len(logits_parts) == 1 else torch.cat(logits_parts, dim=0)
-        tokens, logprobs, tops = self._choose(logits)
-        assert self._batch is not None
-        self._batch.set_next(tokens)
+        self.stats["max_batch"] = max(self.stats["max_batch"], len(seqs))
+        self.stats["tokens"] += len(seqs)
+        self._note_memory()
         finished = []
-        tok_list = tokens.tolist()
-        for i, seq in enumerate(self._active):
-            self._advance(seq, tok_list[i], logprobs[i] if logprobs is not None else None, tops[i] if tops else None)
+        for i, seq in enumerate(seqs):
+            self._advance(seq, *host[i])
             if seq.finish_reason is not None:
                 finished.append(i)
-        self.stats["tokens"] += len(tok_list)
         if finished:
-            self._drop(finished)
+            self._retire(finished)
 
-    def _drop(self, rows: list[int]) -> None:
+    def _note_memory(self) -> None:
+        nbytes = self._kv.nbytes()
+        self.stats["kv_bytes"] = nbytes
+        self.stats["peak_kv_bytes"] = max(self.stats["peak_kv_bytes"], self._kv.peak_bytes, nbytes)
+        self.stats["kv_capacity_tokens"] = self._kv.capacity_tokens()
+
+    # -- prefill -----------------------------------------------------------------------------
+    def _plan_prefill(self, new: list[_Request], first_slot: int) -> _PrefillPlan:
+        """Give every new row a slot: each distinct prompt's first row is prefilled, the rest are copies.
+
+        Identical prompts (the G samples of a GRPO group sent as G requests, or ``n > 1``) share one
+        prefill; their cache rows are copied from it afterwards.
+        """
+        from verifiers.inference.kv_budget import prefill_groups
+
+        unique: dict[tuple[int, ...], int] = {}
+        longest_new: list[int] = []
+        for r in new:
+            u = unique.setdefault(tuple(r.prompt_ids), len(unique))
+            if u == len(longest_new):
+                longest_new.append(r.max_tokens)
+            longest_new[u] = max(longest_new[u], r.max_tokens)
+        prompts = list(unique)
+        bound = max(self._active_width(), max(r.worst for r in new))
+        groups = prefill_groups([(len(p), longest_new[i]) for i, p in enumerate(prompts)], bound,
+                                max(1, self.max_prefill_tokens))
+        slot_of: dict[int, int] = {}
+        group_slots: list[tuple[int, list[int], int]] = []  # (first slot, prompt ids, padded length)
+        slot = first_slot
+        for g in groups:
+            group_slots.append((slot, g, max(len(prompts[i]) for i in g)))
+            for i in g:
+                slot_of[i] = slot
+                slot += 1
+        padded = {i: length for _, g, length in group_slots for i in g}
+        seqs: list[_Seq | None] = [None] * len(unique)
+        copies: list[tuple[int, int]] = []
+        for req in new:
+            req.seqs = []
+            req.remaining = req.n
+            u = unique[tuple(req.prompt_ids)]
+            for j in range(req.n):
+                p = req.params
+                row = RowSampling(p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty, p.seed, j)
+                seq = _Seq(req, j, row, list(req.forced), used=padded[u], worst=padded[u] + req.max_tokens)
+                req.seqs.append(seq)
+                if seqs[slot_of[u] - first_slot] is None:
+                    seqs[slot_of[u] - first_slot] = seq
+                else:
+                    copies.append((slot_of[u], slot))
+                    seqs.append(seq)
+                    slot += 1
+        return _PrefillPlan([s for s in seqs if s is not None], prompts, group_slots, copies,
+                            max(padded.values()))
+
+    def _prefill(self, plan: _PrefillPlan, first_slot: int) -> Any:
+        """Prefill the distinct prompts group by group, in chunks of at most ``max_prefill_tokens`` tokens.
+
+        Each group is left-padded to its longest prompt and written straight into its slots of the
+        cache; a forward sees ``rows x chunk <= max_prefill_tokens`` new tokens (a single long prompt
+        is cut along the sequence), so activation memory stays bounded whatever arrives.
+        """
         import torch
 
-        gone = set(rows)
-        keep = [i for i in range(len(self._active)) if i not in gone]
-        for i in rows:
-            seq = self._active[i]
-            req = seq.req
-            if seq.finish_reason is None:  # cancelled
-                continue
-            req.remaining -= 1
-            if req.remaining == 0 and not req.cancelled:
-                req.sink.resolve(self._output(req))
-        self._active = [self._active[i] for i in keep]
-        if not keep:
-            self._batch = None
-        else:
-            assert self._batch is not None
-            self._batch.select(torch.tensor(keep, dtype=torch.long, device=self.device))
+        kv, dev = self._kv, self.device
+        n_new = len(plan.seqs)
+        kv.attn[first_slot : first_slot + n_new].zero_()
+        group_logits = []
+        for start, members, length in plan.groups:
+            rows = [plan.prompts[i] for i in members]
+            ids = torch.tensor([[0] * (length - len(p)) + list(p) for p in rows], dtype=torch.long, device=dev)
+            mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in rows], dtype=torch.long, device=dev)
+            pos = (mask.cumsum(1) - 1).clamp(min=0)
+            stop = start + len(rows)
+            chunk = max(1, self.max_prefill_tokens // len(rows))
+            for off in range(0, length, chunk):
+                n = min(chunk, length - off)
+                kv.attn[start:stop, off : off + n] = mask[:, off : off + n]
+                kv.plan_prefill(start, stop, off, n)
+                out = self.model(input_ids=ids[:, off : off + n], attention_mask=kv.attn[start:stop, : off + n],
+                                 position_ids=pos[:, off : off + n], past_key_values=self._cache, use_cache=True,
+                                 logits_to_keep=1)
+                self.stats["prefill_forwards"] += 1
+            group_logits.append(out.logits[:, -1, :])
+        logits = group_logits[0] if len(group_logits) == 1 else torch.cat(group_logits, dim=0)
+        if plan.copies:
+            src = torch.tensor([s for s, _ in plan.copies], dtype=torch.long, device=dev)
+            dst = torch.tensor([d for _, d in plan.copies], dtype=torch.long, device=dev)
+            kv.copy_rows(src, dst, plan.width)
+            logits = torch.cat([logits, logits.index_select(0, src - first_slot)], dim=0)
+        self._join_rows(plan.seqs, first_slot, logits.shape[1])
+        return logits
 
-    def _choose(self, logits: Any) -> tuple[Any, list[float] | None, list[list[tuple[int, float]]] | None]:
+    def _join_rows(self, seqs: list[_Seq], first_slot: int, vocab: int) -> None:
+        """Write the new rows' positions and sampling parameters into their slots (once per row)."""
         import torch
 
-        seqs = self._active
-        rows = [s.row for s in seqs]
+        from verifiers.inference.sampling import row_values, seed_key
+
+        t = self._rows
+        for name, dtype in _ROW_COLUMNS.items():
+            t.add(name, getattr(torch, dtype))
+        t.set("used", first_slot, [s.used for s in seqs])
+        t.set("pos", first_slot, [len(s.req.prompt_ids) for s in seqs])
+        t.set("gen", first_slot, [0] * len(seqs))
+        vals = [row_values(s.row, vocab) for s in seqs]
+        for name in ("temperature", "top_k", "top_p", "min_p", "penalty"):
+            t.set(name, first_slot, [v[name] for v in vals])
+        t.set("seed_key", first_slot, [seed_key(s.row) for s in seqs])
+        penalised = [i for i, s in enumerate(seqs) if s.row.repetition_penalty != 1.0]
+        if penalised or "seen" in t.t:
+            seen = t.add("seen", torch.bool, vocab)
+            seen[first_slot : first_slot + len(seqs)] = False
+            rows = [first_slot + i for i in penalised for _ in seqs[i].req.prompt_ids]
+            ids = [tok for i in penalised for tok in seqs[i].req.prompt_ids]
+            if rows:
+                seen[torch.tensor(rows, device=self.device), torch.tensor(ids, device=self.device)] = True
+
+    # -- decoding ------------------------------------------------------------------------------
+    def _decode_forward(self, rows: int, width: int) -> Any:
+        """One token for each running row, its key/value written in place at the row's next column."""
+        cols = self._rows.t["used"][:rows]
+        attn = self._kv.attn
+        attn[:rows].scatter_(1, cols.unsqueeze(1), 1)
+        self._kv.plan_decode(rows, cols, width)
+        out = self.model(input_ids=self._rows.t["next"][:rows].unsqueeze(1), attention_mask=attn[:rows, :width],
+                         position_ids=self._rows.t["pos"][:rows].unsqueeze(1), past_key_values=self._cache,
+                         use_cache=True)
+        return out.logits[:, -1, :]
+
+    def _commit(self, tokens: Any, n_dec: int, n: int) -> None:
+        """Record the sampled tokens on the device (next inputs, positions, repetition-penalty mask)."""
+        t = self._rows.t
+        t["next"][:n] = tokens
+        if n_dec:
+            t["used"][:n_dec] += 1
+            t["pos"][:n_dec] += 1
+            for s in self._active[:n_dec]:
+                s.used += 1
+        t["gen"][:n] += 1
+        if "seen" in t:
+            t["seen"][:n].scatter_(1, tokens.unsqueeze(1), True)
+
+    def _batch_params(self, seqs: list[_Seq], vocab: int) -> Any:
+        """Slices of the per-row columns plus the batch's composition (rebuilt only when rows change)."""
+        from verifiers.inference.sampling import BatchParams, composition
+
+        n = len(seqs)
+        key = tuple(s.uid for s in seqs)
+        if key != self._comp_key:
+            self._comp = composition([s.row for s in seqs], vocab, self.device)
+            self._comp_key = key
+        t = self._rows.t
+        comp = dict(self._comp)
+        seeded = comp["seeded_idx"]
+        keys = t["seed_key"][:n].index_select(0, seeded) if seeded is not None else None
+        return BatchParams(
+            temperature=t["temperature"][:n], top_k=t["top_k"][:n], top_p=t["top_p"][:n], min_p=t["min_p"][:n],
+            penalty=t["penalty"][:n], seen=t["seen"][:n] if "seen" in t else None, seed_keys=keys, **comp,
+        )
+
+    def _choose(self, logits: Any, seqs: list[_Seq]) -> tuple[Any, list[tuple[int, float | None, Any]]]:
+        """Sample one token per row; returns the device tokens and, per row, (token, logprob, top logprobs).
+
+        Everything the host needs comes back in one device-to-host copy.
+        """
+        import torch
+
+        from verifiers.inference.sampling import process_logits, sample
+
+        dev, n = self.device, len(seqs)
         logits = logits.float()
         # min_tokens: the end-of-sequence tokens are impossible until enough tokens exist.
         block = [i for i, s in enumerate(seqs) if len(s.out) < s.req.params.min_tokens]
         if block:
             stop_ids = sorted(self.eos_ids)
-            for i in block:
-                ids = stop_ids + list(seqs[i].req.params.stop_token_ids)
-                logits[i, ids] = float("-inf")
-        processed = process_logits(logits, rows)
-        tokens = sample(processed, rows, self._generator, [len(s.out) for s in seqs])
-        forced_rows = [i for i, s in enumerate(seqs) if len(s.forced) > len(s.out)]
-        for i in forced_rows:
-            tokens[i] = seqs[i].forced[len(seqs[i].out)]
-        want_lp = any(s.req.params.logprobs for s in seqs)
-        if not want_lp:
-            return tokens, None, None
-        source = logits if self.logprobs_mode == "raw" else processed
-        lps = torch.log_softmax(source, dim=1)
-        chosen = lps.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
-        k = max(s.req.params.top_logprobs for s in seqs)
-        tops: list[list[tuple[int, float]]] | None = None
-        if k > 0:
-            vals, idx = torch.topk(lps, k, dim=1)
-            tops = [list(zip(idx[i].tolist(), vals[i].tolist(), strict=True)) for i in range(len(seqs))]
-        return tokens, chosen, tops
+            pairs = [(i, t) for i in block for t in stop_ids + list(seqs[i].req.params.stop_token_ids)]
+            logits[torch.tensor([i for i, _ in pairs], device=dev),
+                   torch.tensor([t for _, t in pairs], device=dev)] = float("-inf")
+        params = self._batch_params(seqs, logits.shape[1])
+        processed = process_logits(logits, params)
+        tokens = sample(processed, params, self._generator, self._rows.t["gen"][:n])
+        forced = [(i, s.forced[len(s.out)]) for i, s in enumerate(seqs) if len(s.forced) > len(s.out)]
+        if forced:
+            tokens[torch.tensor([i for i, _ in forced], device=dev)] = torch.tensor(
+                [t for _, t in forced], dtype=tokens.dtype, device=dev)
+        parts = [tokens.to(torch.float64).unsqueeze(1)]
+        k = 0
+        if any(s.req.params.logprobs for s in seqs):
+            source = logits if self.logprobs_mode == "raw" else processed
+            lps = torch.log_softmax(source, dim=1)
+            parts.append(lps.gather(1, tokens.unsqueeze(1)).to(torch.float64))
+            k = max(s.req.params.top_logprobs for s in seqs)
+            if k > 0:
+                vals, idx = torch.topk(lps, k, dim=1)
+                parts += [idx.to(torch.float64), vals.to(torch.float64)]
+        packed = torch.cat(parts, dim=1).cpu().tolist()  # the step's one device-to-host copy
+        host = []
+        for row in packed:
+            top = list(zip((int(x) for x in row[2 : 2 + k]), row[2 + k :], strict=True)) if k else None
+            host.append((int(row[0]), row[1] if len(parts) > 1 else None, top))
+        return tokens, host
+
+    def _retire(self, rows: list[int]) -> None:
+        """Finished rows leave; a request resolves when its last row finishes."""
+        for i in rows:
+            seq = self._active[i]
+            req = seq.req
+            req.remaining -= 1
+            if req.remaining == 0 and not req.cancelled:
+                req.sink.resolve(self._output(req))
+        self._remove_rows(rows)
+
+    def _remove_rows(self, rows: list[int]) -> None:
+        """Drop rows, keeping the rest packed in slots ``[0, B)`` by moving the last rows into the holes.
+
+        Only the moved rows are copied (never the whole cache); an empty batch frees the cache.
+        """
+        import torch
+
+        gone = set(rows)
+        n = len(self._active)
+        keep = n - len(gone)
+        holes = sorted(i for i in gone if i < keep)
+        movers = [i for i in range(keep, n) if i not in gone]
+        if movers:
+            src = torch.tensor(movers, dtype=torch.long, device=self.device)
+            dst = torch.tensor(holes, dtype=torch.long, device=self.device)
+            self._kv.copy_rows(src, dst, max(self._active[i].used for i in movers))
+            self._rows.copy_rows(src, dst)
+            for h, m in zip(holes, movers, strict=True):
+                self._active[h] = self._active[m]
+        self._active = self._active[:keep]
+        if not self._active:
+            self._kv.release()
+            self._rows.drop("seen")
+            self._note_memory()
 
     def _advance(self, seq: _Seq, tok: int, lp: float | None, top: list[tuple[int, float]] | None) -> None:
         p = seq.req.params
         seq.out.append(tok)
-        if seq.row.repetition_penalty != 1.0:
-            seq.row.seen.add(tok)
         if p.logprobs and lp is not None:
             seq.logprobs.append(lp)
             if p.top_logprobs and top is not None:
@@ -575,91 +856,35 @@ class InferenceEngine:
         return RequestOutput(prompt_token_ids=req.prompt_ids, outputs=outs, weight_version=req.version)
 
 
-class _Batch:
-    """Tensors of the running batch: KV cache, attention mask, next input token and position per row."""
+@dataclass(slots=True, eq=False)
+class _PrefillPlan:
+    """Where a step's new rows go: ``seqs`` in slot order from the first free slot."""
 
-    def __init__(self, cache: Any, attn: Any, positions: Any) -> None:
-        self.cache = cache
-        self.attn = attn  # [B, T] long, 0 on left padding
-        self.positions = positions  # [B] position id of the next input token
-        self.next_tokens: Any = None  # [B]
+    seqs: list[_Seq]
+    prompts: list[tuple[int, ...]]
+    groups: list[tuple[int, list[int], int]]  # (first slot, prompt indices, padded length)
+    copies: list[tuple[int, int]]  # (source slot, destination slot) for rows sharing a prompt
+    width: int  # the longest padded prompt
 
-    @classmethod
-    def prefill(cls, model: Any, reqs: list[_Request], device: Any) -> tuple[_Batch, Any]:
-        """Run the distinct prompts of ``reqs`` once (left-padded) and expand rows to ``n`` each.
 
-        Identical prompts (the G samples of a GRPO group sent as G requests) share one prefill
-        row; their cache rows are copies of it.
-        """
-        import torch
+# Per-row device columns of the running batch (name -> torch dtype name).
+_ROW_COLUMNS = {
+    "used": "int64", "pos": "int64", "gen": "int64", "next": "int64", "temperature": "float32", "top_k": "int64",
+    "top_p": "float32", "min_p": "float32", "penalty": "float32", "seed_key": "int64",
+}
 
-        unique: dict[tuple[int, ...], int] = {}
-        for r in reqs:
-            unique.setdefault(tuple(r.prompt_ids), len(unique))
-        prompts = list(unique)
-        longest = max(len(p) for p in prompts)
-        ids = torch.zeros((len(prompts), longest), dtype=torch.long)
-        attn = torch.zeros((len(prompts), longest), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, longest - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[i, longest - len(p) :] = 1
-        ids, attn = ids.to(device), attn.to(device)
-        pos = (attn.cumsum(1) - 1).clamp(min=0)
-        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, :]
-        cache = out.past_key_values
-        lengths = attn.sum(1)
-        rows = [unique[tuple(r.prompt_ids)] for r in reqs for _ in range(r.n)]
-        if rows != list(range(len(prompts))):
-            expand = torch.tensor(rows, device=device)
-            kv.select_rows(cache, expand)
-            logits = logits.index_select(0, expand)
-            attn = attn.index_select(0, expand)
-            lengths = lengths.index_select(0, expand)
-        return cls(cache, attn, lengths.clone()), logits
 
-    def merge(self, other: _Batch) -> None:
-        import torch
+def _is_oom(exc: BaseException) -> bool:
+    """An allocator failure: ``torch.OutOfMemoryError`` or a RuntimeError saying "out of memory"."""
+    import torch
 
-        a, b = self.attn.shape[1], other.attn.shape[1]
-        if a < b:
-            kv.left_pad(self.cache, b - a)
-            self.attn = torch.cat([self.attn.new_zeros(self.attn.shape[0], b - a), self.attn], dim=1)
-        elif b < a:
-            kv.left_pad(other.cache, a - b)
-            other.attn = torch.cat([other.attn.new_zeros(other.attn.shape[0], a - b), other.attn], dim=1)
-        kv.concat_rows(self.cache, other.cache)
-        self.attn = torch.cat([self.attn, other.attn], dim=0)
-        self.positions = torch.cat([self.positions, other.positions], dim=0)
-        if self.next_tokens is not None and other.next_tokens is not None:
-            self.next_tokens = torch.cat([self.next_tokens, other.next_tokens], dim=0)
+    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
 
-    def set_next(self, tokens: Any) -> None:
-        self.next_tokens = tokens
 
-    def decode(self, model: Any) -> Any:
-        import torch
+def _empty_device_cache(device: Any) -> None:
+    """Give freed blocks back after an OOM so the surviving rows can allocate again."""
+    import torch
 
-        self.attn = torch.cat([self.attn, self.attn.new_ones(self.attn.shape[0], 1)], dim=1)
-        out = model(
-            input_ids=self.next_tokens.unsqueeze(1),
-            attention_mask=self.attn,
-            position_ids=self.positions.unsqueeze(1),
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        self.cache = out.past_key_values
-        self.positions = self.positions + 1
-        return out.logits[:, -1, :]
-
-    def select(self, idx: Any) -> None:
-        kv.select_rows(self.cache, idx)
-        self.attn = self.attn.index_select(0, idx)
-        self.positions = self.positions.index_select(0, idx)
-        if self.next_tokens is not None:
-            self.next_tokens = self.next_tokens.index_select(0, idx)
-        # Columns that are padding in every surviving row are dead weight for attention.
-        first_real = int((self.attn.cumsum(1) == 0).sum(1).min())
-        if first_real > 0:
-            kv.trim_left(self.cache, first_real)
-            self.attn = self.attn[:, first_real:]
+    if getattr(device, "type", None) == "cuda" and torch.cuda.is_available():
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
