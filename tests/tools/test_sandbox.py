@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,31 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def running(marker: str) -> list[int]:
+    """Host pids of live processes whose command line contains ``marker``.
+
+    Isolated runs have their own PID namespace, so the pids the code prints mean nothing here:
+    processes are found by something unique in their command line instead (the run's
+    directory is in the sandbox's own arguments; children get a unique argument).
+    """
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def unique_sleep() -> str:
+    """A `sleep` argument no other process has: 60 seconds and a unique fraction."""
+    return f"60.{os.getpid()}{time.monotonic_ns() % 10**9:09d}"
 
 
 async def test_prints_output() -> None:
@@ -54,11 +80,12 @@ async def test_stdin_is_passed() -> None:
 
 
 async def test_wall_timeout_kills_the_process_group() -> None:
+    nap = unique_sleep()
     code = (
         "import subprocess, time\n"
-        "child = subprocess.Popen(['sleep', '60'])\n"
+        f"child = subprocess.Popen(['sleep', '{nap}'])\n"
         "import os\n"
-        "print(os.getpid(), child.pid, flush=True)\n"
+        "print(os.getcwd(), flush=True)\n"
         "while True:\n"
         "    pass\n"
     )
@@ -66,17 +93,18 @@ async def test_wall_timeout_kills_the_process_group() -> None:
     assert result.timed_out
     assert result.exit_code is None
     assert 1 <= result.duration_s < 4
-    pids = [int(p) for p in result.stdout.split()]
-    assert len(pids) == 2
-    assert not any(alive(pid) for pid in pids)
+    workdir = result.stdout.strip()
+    assert workdir.startswith("/")
+    assert running(workdir) == [] and running(nap) == []
     assert "[timed out after" in result.to_tool_output()
 
 
 async def test_background_children_die_after_normal_exit() -> None:
-    code = "import subprocess\nprint(subprocess.Popen(['sleep', '60']).pid)\n"
+    nap = unique_sleep()
+    code = f"import subprocess\nprint(subprocess.Popen(['sleep', '{nap}']).pid)\n"
     result = await run_python(code)
     assert result.exit_code == 0
-    assert not alive(int(result.stdout))
+    assert running(nap) == []
 
 
 async def test_cpu_limit() -> None:
@@ -172,18 +200,20 @@ async def test_environment_is_minimal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_cancellation_kills_the_child(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
-    code = f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    pid_file.touch()
+    pid_file.chmod(0o666)
+    code = f"import os, time\nopen({str(pid_file)!r}, 'w').write(os.getcwd())\ntime.sleep(60)\n"
     task = asyncio.create_task(run_python(code, SandboxLimits(wall_time_s=60)))
     for _ in range(500):
-        if pid_file.exists() and pid_file.read_text():
+        if pid_file.read_text():
             break
         await asyncio.sleep(0.01)
-    pid = int(pid_file.read_text())
-    assert alive(pid)
+    workdir = pid_file.read_text()
+    assert running(workdir)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not alive(pid)
+    assert running(workdir) == []
 
 
 def test_sync_wrapper() -> None:
