@@ -38,8 +38,10 @@ import asyncio
 import verifiers as vf
 
 
-def load_environment(num_examples: int = 16, score_delay_s: float = 0.0, **kwargs):
-    """``score_delay_s`` makes scoring slow, to keep a generation batch in flight."""
+def load_environment(num_examples: int = 16, score_delay_s: float = 0.0, broken: str = "", **kwargs):
+    """``score_delay_s`` makes scoring slow, to keep a generation batch in flight; ``broken``
+    adds a reward function that raises ("raises") or names an argument that does not exist
+    ("misspelled"), as careless environments do."""
 
     async def mean_code_point(completion, answer):
         if score_delay_s:
@@ -47,8 +49,15 @@ def load_environment(num_examples: int = 16, score_delay_s: float = 0.0, **kwarg
         text = "".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
         return sum(ord(c) for c in text) / (127 * len(text)) if text else 0.0
 
+    def exact(completion, answer):
+        raise KeyError("content")
+
+    def exact_typo(completion, answr):
+        return 1.0
+
+    funcs = [mean_code_point] + {"": [], "raises": [exact], "misspelled": [exact_typo]}[broken]
     rows = [{"question": f"Say {c}", "answer": c} for c in "abcdefghijklmnopqrstuvwxyz"[:num_examples]]
-    return vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=[mean_code_point]), **kwargs)
+    return vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=funcs), **kwargs)
 '''
 
 # Small and fast: 2 prompts x 4 samples, 4 tokens each, one torch thread (the machine is shared).

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             resume = True
             del args[i]
     path, overrides = (None, args) if args[0].startswith("--") else (args[0], args[1:])
-    from verifiers.errors import ConfigError, ServerError
+    from verifiers.errors import ConfigError, RubricError, ServerError
 
     try:
         from trainers.grpo.config import load_config
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"vf-train: {exc}", file=sys.stderr)
         return 2
-    except ServerError as exc:  # the inference server died or does not serve the trained policy
+    except (ServerError, RubricError) as exc:  # the server died, or the rewards are broken
         print(f"vf-train: {exc}", file=sys.stderr)
         return 1
     except ImportError as exc:

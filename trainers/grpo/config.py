@@ -134,6 +134,13 @@ class TrainConfig(BaseModel):
     num_sample_completions: int = Field(4, ge=0, description="rows of the sample-completions table printed at the end")
     plot: bool = True
     progress: bool = True
+    log_lines_every: int = Field(10, ge=1, description="steps between plain log lines when stdout is not a terminal")
+    log_lines_every_s: float = Field(30.0, gt=0, description="...or seconds, whichever comes first")
+    reward_error_stop_share: float | None = Field(
+        1.0, gt=0, le=1, description="stop when one reward function fails on at least this share of a "
+                                     "step's rollouts (None: never stop; failures are logged either way)")
+    degenerate_warn_steps: int = Field(
+        10, ge=0, description="warn after this many steps in a row that cannot change the policy (0: never)")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

@@ -102,8 +102,25 @@ def samples_table(rows: Sequence[tuple[str, str, float]], title: str) -> Any:
     return table
 
 
+def _series(rows: Sequence[dict[str, Any]], key: str) -> list[tuple[float, float]]:
+    return [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+
+
+def curve_panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(metric, title)`` of each panel of `plot_curves`, only those with data.
+
+    KL is logged only with a reference model (beta > 0); the loss takes its place otherwise.
+    """
+    wanted = [("reward", "mean reward"), ("kl", "KL to reference") if _series(rows, "kl") else ("loss", "loss"),
+              ("completions/mean_length", "completion length")]
+    return [(k, t) for k, t in wanted if _series(rows, k)]
+
+
 def plot_curves(metrics_path: Path, out_png: Path) -> Path | None:
-    """Reward, KL and completion-length curves as one PNG (None when matplotlib is missing)."""
+    """Reward (train and eval), KL (or loss without a reference) and completion length as one PNG.
+
+    None when matplotlib is missing or nothing was logged; a panel without data is left out.
+    """
     try:
         import matplotlib
 
@@ -114,14 +131,17 @@ def plot_curves(metrics_path: Path, out_png: Path) -> Path | None:
     rows = read_metrics(metrics_path)
     if not rows:
         return None
-    panels = [("reward", "mean reward"), ("kl", "KL to reference"), ("completions/mean_length", "completion length")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
-    for ax, (key, title) in zip(axes, panels, strict=True):
-        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.5)
-        else:
-            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+    panels = curve_panels(rows)
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for ax, (key, title) in zip(axes[0], panels, strict=True):
+        pts = _series(rows, key)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.5, label="train")
+        if key == "reward" and _series(rows, "eval/reward"):
+            ev = _series(rows, "eval/reward")
+            ax.plot([p[0] for p in ev], [p[1] for p in ev], "o-", lw=1.5, label="eval")
+            ax.legend(loc="lower right", fontsize=8)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

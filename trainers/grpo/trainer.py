@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.markup import escape
 
 from trainers.grpo.advantages import GroupStats, get_advantage_fn, group_stats
 from trainers.grpo.algorithms import AlgorithmPreset, compute_loss, get_algorithm
@@ -52,6 +53,7 @@ from trainers.grpo.losses import LossNormalizer, expert_count, mask_truncated
 from trainers.grpo.microbatch import micro_batches
 from trainers.grpo.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
 from trainers.grpo.store import ExperienceStore
+from trainers.grpo.watch import RewardFunctionError, RunWatch, ScoringFailures
 from trainers.grpo.weight_sync import WeightSync, make_weight_sync
 from verifiers.errors import ConfigError, ServerError
 from verifiers.types import RolloutResult
@@ -221,6 +223,7 @@ class GRPOTrainer:
             self.expert = self._load_expert()
         self.pending: list[int] = []
         self.reward_history: list[float] = []
+        self.watch: RunWatch | None = None
 
     def _join_processes(self) -> None:
         """Under ``accelerate launch``: join the other processes; only rank 0 prints and writes files.
@@ -334,12 +337,31 @@ class GRPOTrainer:
         return list(groups.values()), list(got.policy_versions), info
 
     def _store_batch(self, batch: RolloutBatch) -> None:
+        self._check_scoring(ScoringFailures.of(batch.results))
         by_group: dict[int, list[RolloutResult]] = {}
         for r in batch.results:
             by_group.setdefault(r.group_id, []).append(r)
         for gid, rs in by_group.items():
             rs.sort(key=lambda r: r.rollout_index)
             self.store.put(gid, {"result": rs, "reward": [r.reward for r in rs]}, policy_version=batch.policy_version)
+
+    def _check_scoring(self, failures: ScoringFailures) -> None:
+        """Print the first message of each new scoring error; stop when a reward function fails on
+        (by default) every rollout of a generated batch: the step would train on rewards of 0."""
+        if self.dist.is_main and self.watch is not None:
+            self.watch.errors(failures, self.step + 1)
+        share = self.cfg.reward_error_stop_share
+        worst = max(failures.per_function.items(), key=lambda kv: kv[1], default=(None, 0))
+        broken = share is not None and failures.rollouts > 0 and worst[1] >= share * failures.rollouts
+        if self.dist.any_rank(broken):
+            where = worst[0] or "a reward function (on another process)"
+            message = next((f"{kind}: {m}" for (w, kind), m in failures.first.items() if w == worst[0]), "")
+            raise RewardFunctionError(
+                f"{where} failed on {worst[1]}/{failures.rollouts} rollouts of step {self.step + 1} ({message}). "
+                "Training on it would learn nothing. Fix the function (vf.testing.check_environment(env) shows "
+                "every reward function's errors on a few scripted rollouts), or set reward_error_stop_share = "
+                "null to train anyway."
+            )
 
     # -- one optimizer step ----------------------------------------------------------------
     def _build(self, groups: list[list[RolloutResult]]) -> tuple[TrainBatch, dict[str, float]]:
@@ -398,6 +420,7 @@ class GRPOTrainer:
             "lengths": sum(lengths), "n/lengths": len(lengths),
             "clipped": float(batch.is_truncated[rl].sum()), "n/rl": float(rl.sum()),
             "errors": sum(1 for r in results if r.error),
+            "scoring_errors": sum(1 for r in results if r.scoring_errors),
         }
         for r in results:
             for k, v in r.metrics.items():
@@ -412,6 +435,7 @@ class GRPOTrainer:
             "completions/max_length": self.dist.max_values({"m": float(max(lengths))})["m"],
             "completions/clipped_ratio": tot["clipped"] / tot["n/rl"],
             "rollouts/errors": tot["errors"],
+            "rollouts/scoring_errors": tot["scoring_errors"],
             "rollouts/trained": tot["n/rl"],
         }
         for k in sorted(tot):
@@ -624,6 +648,30 @@ class GRPOTrainer:
         self.console.print(f"resumed from {path} at step {self.step}")
         return True
 
+    def _print_main(self, text: str) -> None:
+        """Rank 0 prints; lines are not wrapped (a log file has no width)."""
+        if self.dist.is_main:
+            self.console.print(text, soft_wrap=True)
+
+    def _banner_facts(self) -> dict[str, Any]:
+        """One line at start-up: what is training, where, on what (visible in any log)."""
+        model = self.accelerator.unwrap_model(self.model)
+        total = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in self.params)
+        dtype = next(model.parameters()).dtype
+        precision = str(dtype).removeprefix("torch.")
+        if self.cfg.mixed_precision != "no":
+            precision += f" + {self.cfg.mixed_precision} autocast"
+        return {
+            "device": str(self.device) + (f" x{self.dist.world_size} processes" if self.dist.world_size > 1 else ""),
+            "dtype": precision,
+            "parameters": f"{total:,}" + (f" ({trainable:,} trained)" if trainable != total else ""),
+            "environment": f"{self.cfg.env_id} ({len(self.generator.rows)} training prompts)",
+            "algorithm": self.cfg.algorithm,
+            "steps": f"{self.step}->{self.cfg.max_steps}",
+            "output": str(self.out),
+        }
+
     def _samples(self, groups: list[list[RolloutResult]]) -> list[tuple[str, str, float]]:
         rows = []
         for rs in groups[: self.cfg.num_sample_completions]:
@@ -692,9 +740,16 @@ class GRPOTrainer:
         with contextlib.suppress(ValueError):  # only the main thread may install handlers
             signal.signal(signal.SIGTERM, on_term)
             signal.signal(signal.SIGINT, on_int)
-        progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.fields[info]}"), console=self.console,
+        progress = Progress(TextColumn(f"[bold]{cfg.algorithm}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=self.console,
                             disable=not cfg.progress or not self.dist.is_main)
+        self.watch = RunWatch(
+            self._print_main, plain=not (cfg.progress and self.console.is_terminal), max_steps=cfg.max_steps,
+            start_step=self.step, every_steps=cfg.log_lines_every, every_s=cfg.log_lines_every_s,
+            degenerate_steps=cfg.degenerate_warn_steps or 10**9,
+            masks_truncated=self.preset.mask_truncated_completions, filters_groups=self.preset.filter_zero_std_groups,
+        )
+        self.watch.banner(self._banner_facts())
         last_groups: list[list[RolloutResult]] = []
         unsynced: dict[str, float] | None = None
         try:
@@ -726,6 +781,9 @@ class GRPOTrainer:
                     metrics["refills"] = info["refills"]
                     if cfg.eval_every and self.step % cfg.eval_every == 0 and self.dist.is_main:
                         metrics.update(self._evaluate())
+                        self._print_main(f"eval at step {self.step}: reward {metrics['eval/reward']:.4f} "
+                                         f"({cfg.eval_num_examples} examples)")
+                    self.watch.step(self.step, metrics)
                     self.reward_history.append(metrics["reward"])
                     last_groups = groups
                     if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
@@ -740,6 +798,12 @@ class GRPOTrainer:
             path = self._checkpoint(step_start, together=False)
             self.console.print(f"[yellow]interrupted at step {self.step}; checkpoint saved to {path}; "
                                f"continue with --resume[/yellow]")
+        except RewardFunctionError as exc:
+            # Nothing of this step was trained; keep what was, so a fixed environment can --resume.
+            self.generator.cancel_pending()
+            path = self._checkpoint(step_start, together=False)
+            self._print_main(f"[red]stopped before step {self.step + 1}:[/red] {escape(str(exc))}")
+            raise RewardFunctionError(f"{exc} (checkpoint {path}; continue with --resume)") from exc
         except ServerError as exc:
             # The inference server died or stopped serving our policy: keep everything trained so far.
             self.generator.cancel_pending()

@@ -1,0 +1,85 @@
+"""A misconfigured run must not look like a real one: broken rewards, dead signal, silent logs."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from trainers.grpo.reporting import curve_panels
+from trainers.grpo.watch import RewardFunctionError, RunWatch
+from verifiers.errors import RubricError
+
+
+def trainer_with_log(cfg: Any) -> tuple[Any, io.StringIO]:
+    from trainers.grpo.trainer import GRPOTrainer
+
+    out = io.StringIO()
+    return GRPOTrainer(cfg, console=Console(file=out, width=120)), out
+
+
+def test_a_reward_function_that_always_raises_stops_the_run_with_its_message(
+    tmp_path: Path, train_config: Callable[..., Any]
+) -> None:
+    trainer, log = trainer_with_log(train_config(tmp_path / "run", env_args={"broken": "raises"}))
+    with pytest.raises(RewardFunctionError) as info:
+        trainer.train()
+    text = str(info.value)
+    assert "reward:exact failed on 8/8 rollouts of step 1 (KeyError: 'content')" in text and "reward_error_stop_share" in text and "--resume" in text
+    assert "reward:exact raised KeyError on 8/8 rollouts" in log.getvalue()
+    assert (tmp_path / "run" / "checkpoints").is_dir()
+
+
+def test_a_misspelled_argument_is_named(tmp_path: Path, train_config: Callable[..., Any]) -> None:
+    trainer, _ = trainer_with_log(train_config(tmp_path / "run", env_args={"broken": "misspelled"}))
+    with pytest.raises(RubricError, match=r"exact_typo.*needs \['answr'\]"):
+        trainer.train()
+
+
+def test_with_stopping_off_scoring_errors_are_logged_every_step(
+    tmp_path: Path, train_config: Callable[..., Any], run_training: Callable[..., Any]
+) -> None:
+    run = run_training(train_config(tmp_path / "run", env_args={"broken": "raises"}, reward_error_stop_share=None))
+    assert [r["rollouts/scoring_errors"] for r in run.rows] == [8.0, 8.0, 8.0]
+
+
+def test_output_that_is_not_a_terminal_gets_a_banner_and_plain_lines(
+    tmp_path: Path, train_config: Callable[..., Any]
+) -> None:
+    cfg = train_config(tmp_path / "run", progress=True, log_lines_every=2)
+    trainer, log = trainer_with_log(cfg)  # a StringIO console is not a terminal
+    trainer.train()
+    lines = log.getvalue().splitlines()
+    banner = next(line for line in lines if line.startswith("vf-train: "))
+    for fact in ("device cpu", "dtype float32", "parameters ", "training prompts", "algorithm grpo", str(tmp_path)):
+        assert fact in banner
+    steps = [line for line in lines if line.startswith("step ") and "| reward " in line]
+    assert [s.split()[1] for s in steps] == ["1/3", "2/3", "3/3"]
+    assert all("eta " in s and "loss " in s for s in steps)
+
+
+def test_a_degenerate_signal_is_warned_about_once_with_its_fix() -> None:
+    printed: list[str] = []
+    watch = RunWatch(printed.append, plain=False, max_steps=100, start_step=0, every_steps=10, every_s=30,
+                     degenerate_steps=3, masks_truncated=True, filters_groups=True)
+    masked = {"reward": 0.03, "completions/clipped_ratio": 1.0, "grad_norm": 0.0}
+    for step in range(1, 6):
+        watch.step(step, masked)
+    assert len(printed) == 1 and "the last 3 steps (to step 3)" in printed[0] and "raise max_tokens" in printed[0]
+    watch.step(6, {"reward": 0.5, "grad_norm": 0.3, "frac_reward_zero_std": 1.0})
+    watch.step(7, {"reward": 0.5, "grad_norm": 0.3, "frac_reward_zero_std": 1.0})
+    assert len(printed) == 1  # a new cause starts its own count
+    watch.step(8, {"reward": 0.5, "grad_norm": 0.3, "frac_reward_zero_std": 1.0})
+    assert len(printed) == 2 and "every group was filtered" in printed[1]
+
+
+def test_the_curves_have_no_empty_panel() -> None:
+    rows = [{"step": 1, "reward": 0.1, "loss": 0.0, "completions/mean_length": 4.0},
+            {"step": 2, "reward": 0.2, "loss": 0.1, "completions/mean_length": 3.0, "eval/reward": 0.3}]
+    assert [k for k, _ in curve_panels(rows)] == ["reward", "loss", "completions/mean_length"]
+    rows[1]["kl"] = 0.01
+    assert [k for k, _ in curve_panels(rows)] == ["reward", "kl", "completions/mean_length"]

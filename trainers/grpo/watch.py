@@ -1,0 +1,153 @@
+"""What the person running the trainer must see, wherever the output goes.
+
+A misconfigured run must never look like a real result. Three things make one look fine while
+it learns nothing, and each is caught here:
+
+* a reward function that raises (or asks for an argument that does not exist) scores 0 on
+  every rollout: the first message of each error is printed, ``rollouts/scoring_errors`` is
+  logged, and a function failing on every rollout of a step stops the run
+  (``reward_error_stop_share``);
+* a degenerate learning signal (zero gradient, every group filtered for equal rewards, every
+  completion masked as truncated) for ``degenerate_warn_steps`` steps in a row: a warning that
+  names the cause and the usual fix;
+* output that is not a terminal (``vf-train > log``, a batch job): rich's progress bar draws
+  nothing there, so a plain line is printed every ``log_lines_every`` steps or
+  ``log_lines_every_s`` seconds instead, after a start-up banner.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.markup import escape
+
+from verifiers.errors import RubricError
+from verifiers.types import RolloutResult
+
+
+class RewardFunctionError(RubricError):
+    """A reward function failed on (nearly) every rollout of a step: training on it would learn nothing."""
+
+
+@dataclass
+class ScoringFailures:
+    """Reward-function failures in a set of rollouts: counts per function and one message per error kind."""
+
+    rollouts: int = 0
+    failed_rollouts: int = 0  # rollouts with at least one scoring error
+    per_function: dict[str, int] = field(default_factory=dict)
+    first: dict[tuple[str, str], str] = field(default_factory=dict)  # (where, type) -> message
+
+    @classmethod
+    def of(cls, results: Iterable[RolloutResult]) -> ScoringFailures:
+        out = cls()
+        for r in results:
+            out.rollouts += 1
+            if not r.scoring_errors:
+                continue
+            out.failed_rollouts += 1
+            for where in {e.where for e in r.scoring_errors}:
+                out.per_function[where] = out.per_function.get(where, 0) + 1
+            for e in r.scoring_errors:
+                out.first.setdefault((e.where, e.type), e.message)
+        return out
+
+
+def degenerate_cause(metrics: dict[str, float], *, masks_truncated: bool, filters_groups: bool) -> str | None:
+    """Why this step cannot move the policy, with the usual fix; None when it can."""
+    if masks_truncated and metrics.get("completions/clipped_ratio", 0.0) >= 1.0:
+        return ("every completion was truncated at max_tokens and this algorithm masks truncated completions "
+                "out of the loss: raise max_tokens, or set algorithm_overrides.mask_truncated_completions = false")
+    if filters_groups and metrics.get("frac_reward_zero_std", 0.0) >= 1.0:
+        return ("every group had equal rewards, so every group was filtered: the task is too hard or too easy "
+                "for the model, or the reward is constant (check the reward functions)")
+    if metrics.get("grad_norm", 1.0) == 0.0:
+        return ("the gradient was zero: rewards are equal within every group (advantages 0) or everything "
+                "is masked; check rewards/* in the metrics and the reward functions")
+    return None
+
+
+class RunWatch:
+    """Prints the banner, plain progress lines, first error messages and degenerate-signal warnings.
+
+    ``print`` is the console's print (rank 0 only under several processes); ``plain`` is True
+    when stdout is not a terminal or the progress bar is off.
+    """
+
+    def __init__(self, print_fn: Callable[[str], None], *, plain: bool, max_steps: int, start_step: int,
+                 every_steps: int, every_s: float, degenerate_steps: int, masks_truncated: bool,
+                 filters_groups: bool) -> None:
+        self.print = print_fn
+        self.plain = plain
+        self.max_steps = max_steps
+        self.start_step = start_step
+        self.every_steps = every_steps
+        self.every_s = every_s
+        self.degenerate_steps = degenerate_steps
+        self.masks_truncated = masks_truncated
+        self.filters_groups = filters_groups
+        self.t0 = time.monotonic()
+        self.last_line = self.t0
+        self.seen_errors: set[tuple[str, str]] = set()
+        self.streak: dict[str, int] = {}
+        self.warned: set[str] = set()
+
+    def banner(self, facts: dict[str, Any]) -> None:
+        self.print("vf-train: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+
+    def errors(self, failures: ScoringFailures, step: int) -> None:
+        """The first message of each new kind of scoring error (later ones are counted in the metrics)."""
+        for (where, kind), message in failures.first.items():
+            if (where, kind) in self.seen_errors:
+                continue
+            self.seen_errors.add((where, kind))
+            n = failures.per_function.get(where, 0)
+            self.print(f"[red]step {step}: {escape(where)} raised {escape(kind)} on {n}/{failures.rollouts} "
+                       f"rollouts:[/red] {escape(message)}")
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self._degenerate(step, metrics)
+        now = time.monotonic()
+        if self.plain and (step % self.every_steps == 0 or now - self.last_line >= self.every_s
+                           or step == self.max_steps or step == self.start_step + 1):
+            self.last_line = now
+            self.print(self.line(step, metrics, now))
+
+    def line(self, step: int, metrics: dict[str, float], now: float) -> str:
+        done = step - self.start_step
+        per = (now - self.t0) / max(done, 1)
+        eta = per * (self.max_steps - step)
+        parts = [f"step {step}/{self.max_steps}", f"reward {metrics.get('reward', float('nan')):.4f}",
+                 f"loss {metrics.get('loss', 0.0):+.4f}"]
+        if "kl" in metrics:
+            parts.append(f"kl {metrics['kl']:.4f}")
+        parts += [f"step {metrics.get('time/step_s', per):.2f}s", f"eta {_duration(eta)}"]
+        if "eval/reward" in metrics:
+            parts.append(f"eval/reward {metrics['eval/reward']:.4f}")
+        if metrics.get("rollouts/scoring_errors"):
+            parts.append(f"scoring_errors {int(metrics['rollouts/scoring_errors'])}")
+        return " | ".join(parts)
+
+    def _degenerate(self, step: int, metrics: dict[str, float]) -> None:
+        cause = degenerate_cause(metrics, masks_truncated=self.masks_truncated, filters_groups=self.filters_groups)
+        for key in list(self.streak):
+            if key != cause:
+                del self.streak[key]
+        if cause is None:
+            return
+        self.streak[cause] = self.streak.get(cause, 0) + 1
+        if self.streak[cause] >= self.degenerate_steps and cause not in self.warned:
+            self.warned.add(cause)
+            self.print(f"[yellow]warning: the last {self.streak[cause]} steps (to step {step}) could not "
+                       f"change the policy: {cause}[/yellow]")
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
