@@ -208,7 +208,9 @@ class GenerateInputs(BaseModel):
         columns = {name: getattr(self, name) for name in self.column_names}
         for name, values in columns.items():
             if len(values) != len(self.prompt):
-                raise ValueError(f"GenerateInputs.{name} has {len(values)} entries, prompt has {len(self.prompt)}")
+                raise ValueError(
+                    f"GenerateInputs.{name} has {len(values)} entries, prompt has {len(self.prompt)}"
+                )
         return [{name: values[i] for name, values in columns.items()} for i in range(len(self.prompt))]
 
 
@@ -234,6 +236,8 @@ class Endpoint(TypedDict):
     key: str
     url: str
     model: str
+
+
 """One entry of a 0.1.x ``endpoints.py`` registry: key variable, base URL, model."""
 Endpoints = dict[str, Endpoint]
 

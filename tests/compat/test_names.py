@@ -158,7 +158,9 @@ def test_example_tools_python_and_calculator() -> None:
     assert python("x = 5\ny = 10\nx + y") == "15"  # notebook-style trailing expression
     assert python("print('hi')") == "hi"
     assert "ZeroDivisionError" in python("1/0")
-    assert python("import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)").startswith("Traceback")
+    assert python("import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)").startswith(
+        "Traceback"
+    )
     assert calculator("3 * (17 + 4)") == "63"
     assert calculator("__import__('os')").startswith("Error")
     assert "tool" not in inspect.signature(python).parameters
@@ -181,12 +183,19 @@ def test_message_utils() -> None:
     ]  # fmt: skip
     assert messages_to_printable(msgs)[0]["content"] == "look\n\n[image]"
     clean = cleanup_messages(msgs)
-    assert clean[0]["content"] == [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]
+    assert clean[0]["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "u"}},
+    ]
     assert clean[1] == {"role": "assistant", "content": "ok"}
-    call = ChatCompletionMessageToolCall(id="c1", type="function", function=Function(name="f", arguments="{}"))
+    call = ChatCompletionMessageToolCall(
+        id="c1", type="function", function=Function(name="f", arguments="{}")
+    )
     dict_call = {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}
     sanitized = sanitize_tool_calls([{"role": "assistant", "content": "", "tool_calls": [call, dict_call]}])
-    assert [c for c in sanitized[0]["tool_calls"] if '"name": "f"' in c or '"name": "g"' in c] == sanitized[0]["tool_calls"]
+    assert [c for c in sanitized[0]["tool_calls"] if '"name": "f"' in c or '"name": "g"' in c] == sanitized[
+        0
+    ]["tool_calls"]
     assert get_overlong_prompt_dummy_response("chat").choices[0].finish_reason == "length"
 
 

@@ -82,8 +82,13 @@ def test_answer_extractors_and_prompts() -> None:
     assert vf.extract_boxed_answer is extract_boxed_answer
     assert extract_hash_answer("Natalia sold 48...\n#### 72") == "72"
     assert extract_hash_answer("no hashes") == "no hashes"
-    assert data_utils.BOXED_SYSTEM_PROMPT == "Please reason step by step, and put your final answer within \\boxed{}."
-    assert data_utils.THINK_BOXED_SYSTEM_PROMPT.startswith("Think step-by-step inside <think>...</think> tags.")
+    assert (
+        data_utils.BOXED_SYSTEM_PROMPT
+        == "Please reason step by step, and put your final answer within \\boxed{}."
+    )
+    assert data_utils.THINK_BOXED_SYSTEM_PROMPT.startswith(
+        "Think step-by-step inside <think>...</think> tags."
+    )
     assert data_utils.strip_non_numeric("$70.5 ") == "70.5"
 
 
@@ -112,10 +117,13 @@ def test_load_example_dataset_maps_columns(monkeypatch: pytest.MonkeyPatch) -> N
     assert calls[-1] == ("cais/mmlu", "all", "dev")
     assert mmlu[0] == {"question": "Question: Q\n\nA: w\nB: x\nC: y\nD: z", "answer": "C"}
     aime = vf.load_example_dataset("aime2025", split="train")
-    assert calls[-2:] == [("opencompass/AIME2025", "AIME2025-I", "train"), ("opencompass/AIME2025", "AIME2025-II", "train")]
+    assert calls[-2:] == [
+        ("opencompass/AIME2025", "AIME2025-I", "train"),
+        ("opencompass/AIME2025", "AIME2025-II", "train"),
+    ]
     assert aime["answer"] == ["12", "12"]
     assert vf.load_example_dataset("math")[0] == {"question": "P", "answer": "5"}
-    with pytest.raises(vf.ConfigError, match="unknown example dataset 'nope'.*gsm8k"):
+    with pytest.raises(vf.ConfigError, match=r"unknown example dataset 'nope'.*gsm8k"):
         vf.load_example_dataset("nope")
 
 
@@ -133,7 +141,7 @@ def test_load_example_dataset_offline_error_names_dataset_and_fix(tmp_path: Path
 
 
 # -- a 0.1.x-style environment, evaluated against a real server ------------------------------------
-ENV_SOURCE = '''
+ENV_SOURCE = """
 from datasets import Dataset
 
 import verifiers as vf
@@ -157,7 +165,7 @@ def load_environment(**kwargs) -> vf.Environment:
     rubric = vf.Rubric(funcs=[correct_answer_reward_func, parser.get_format_reward_func()], weights=[1.0, 0.2])
     system_prompt = BOXED_SYSTEM_PROMPT + "\\n" + parser.get_format_str()
     return vf.SingleTurnEnv(dataset=dataset, system_prompt=system_prompt, parser=parser, rubric=rubric, **kwargs)
-'''
+"""
 
 SCRIPT = ServerScript(
     replies=[
@@ -169,7 +177,9 @@ SCRIPT = ServerScript(
 )
 
 
-def test_01x_environment_evaluates_and_scores_as_upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_01x_environment_evaluates_and_scores_as_upstream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "compat_gsm_style.py").write_text(textwrap.dedent(ENV_SOURCE))
     monkeypatch.syspath_prepend(str(tmp_path))
     env = vf.load_environment("compat-gsm-style")

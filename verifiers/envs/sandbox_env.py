@@ -74,7 +74,11 @@ class SandboxEnv(StatefulToolEnv):
         super().__init__(**kwargs)
         self.sandbox_name = sandbox_name
         self.environment_vars = dict(environment_vars or {})
-        self.limits = limits if limits is not None else SandboxLimits(memory_mb=memory_gb * 1024, wall_time_s=30, cpu_time_s=30)
+        self.limits = (
+            limits
+            if limits is not None
+            else SandboxLimits(memory_mb=memory_gb * 1024, wall_time_s=30, cpu_time_s=30)
+        )
         self.active_sandboxes: set[str] = set()
         self.add_tool(self.bash, args_to_skip=["sandbox_id"])
 

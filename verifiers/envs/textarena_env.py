@@ -35,7 +35,9 @@ def _import_textarena() -> Any:
     try:
         import textarena
     except ImportError as exc:
-        raise ConfigError(f"TextArenaEnv needs the 'textarena' package, which is not installed: {_INSTALL_HINT}") from exc
+        raise ConfigError(
+            f"TextArenaEnv needs the 'textarena' package, which is not installed: {_INSTALL_HINT}"
+        ) from exc
     return textarena
 
 
@@ -124,7 +126,9 @@ class TextArenaEnv(MultiTurnEnv):
             return True
         return await super().is_completed(messages, state, **kwargs)
 
-    async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> tuple[list[Message], State]:
+    async def env_response(
+        self, messages: Messages, state: State, **kwargs: Any
+    ) -> tuple[list[Message], State]:
         game = state.get("ta_env")
         if game is None:
             game = state["ta_env"] = self._start_game(state)

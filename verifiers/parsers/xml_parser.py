@@ -98,9 +98,11 @@ class XMLParser(Parser):
         mode but the last in completion mode; the last is the model's final word in
         both). Scanning turns backwards tolerates trailing turns without an answer.
         """
-        texts = [completion] if isinstance(completion, str) else [
-            message_text(m) for m in reversed(self.get_assistant_messages(completion))
-        ]
+        texts = (
+            [completion]
+            if isinstance(completion, str)
+            else [message_text(m) for m in reversed(self.get_assistant_messages(completion))]
+        )
         for text in texts:
             value = getattr(self.parse(text, last=True), self.answer_field, None)
             if value is not None:

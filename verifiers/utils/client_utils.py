@@ -26,7 +26,9 @@ def setup_client(
     import httpx
 
     http_client = httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive_connections),
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_keepalive_connections
+        ),
         timeout=httpx.Timeout(timeout, connect=5.0),
         headers=extra_headers,
     )

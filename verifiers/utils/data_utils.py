@@ -72,7 +72,12 @@ def get_preprocess_fn(name: str, seed: int = 0) -> Callable[[Row], Row]:
         def preprocess_gpqa(x: Row) -> Row:
             letters = ["A", "B", "C", "D"]
             rng.shuffle(letters)
-            texts = [x["Correct Answer"], x["Incorrect Answer 1"], x["Incorrect Answer 2"], x["Incorrect Answer 3"]]
+            texts = [
+                x["Correct Answer"],
+                x["Incorrect Answer 1"],
+                x["Incorrect Answer 2"],
+                x["Incorrect Answer 3"],
+            ]
             by_letter = dict(zip(letters, texts, strict=True))
             body = "\n".join(f"{k}: {by_letter[k]}" for k in "ABCD")
             return {"question": f"Question: {x['Question']}\n\n{body}", "answer": letters[0]}
@@ -85,11 +90,19 @@ def get_preprocess_fn(name: str, seed: int = 0) -> Callable[[Row], Row]:
         "gsm8k": lambda x: {"question": x["question"], "answer": extract_hash_answer(x["answer"])},
         "math": lambda x: {"question": x["problem"], "answer": extract_boxed_answer(x["solution"])},
         "math500": lambda x: {"question": x["problem"], "answer": x["answer"]},
-        "mmlu": lambda x: {"question": _letters_question(x["question"], x["choices"], "ABCD"), "answer": "ABCD"[x["answer"]]},
-        "mmlu_pro": lambda x: {"question": _letters_question(x["question"], x["options"], "ABCDEFGHIJ"), "answer": x["answer"]},
+        "mmlu": lambda x: {
+            "question": _letters_question(x["question"], x["choices"], "ABCD"),
+            "answer": "ABCD"[x["answer"]],
+        },
+        "mmlu_pro": lambda x: {
+            "question": _letters_question(x["question"], x["options"], "ABCDEFGHIJ"),
+            "answer": x["answer"],
+        },
         "openbookqa": lambda x: {
             "question": f"Question: {x['question_stem']}\n\nChoices:\n"
-            + "\n".join(f"{lab}. {txt}" for lab, txt in zip(x["choices"]["label"], x["choices"]["text"], strict=True)),
+            + "\n".join(
+                f"{lab}. {txt}" for lab, txt in zip(x["choices"]["label"], x["choices"]["text"], strict=True)
+            ),
             "answer": x["answerKey"],
         },
         "prime_code": lambda x: {"question": x["prompt"], "answer": x["verification_info"]},
@@ -155,7 +168,9 @@ def _load_from_hub(name: str, source: ExampleDataset, split: str) -> Dataset:
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
-def load_example_dataset(name: str = "gsm8k", split: str | None = None, n: int | None = None, seed: int = 0) -> Dataset:
+def load_example_dataset(
+    name: str = "gsm8k", split: str | None = None, n: int | None = None, seed: int = 0
+) -> Dataset:
     """A benchmark by name as a ``datasets.Dataset`` with ``question`` and ``answer`` columns.
 
     ``split`` defaults to the benchmark's usual one (gsm8k: ``test``, math: ``train``,

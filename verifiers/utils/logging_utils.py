@@ -26,7 +26,9 @@ def setup_logging(level: str = "INFO", log_format: str | None = None, date_forma
     Calling it again replaces the handler it installed (no duplicated lines).
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt=log_format or _DEFAULT_FORMAT, datefmt=date_format or _DEFAULT_DATE_FORMAT))
+    handler.setFormatter(
+        logging.Formatter(fmt=log_format or _DEFAULT_FORMAT, datefmt=date_format or _DEFAULT_DATE_FORMAT)
+    )
     handler._vf_setup_logging = True  # type: ignore[attr-defined]
     logger = logging.getLogger("verifiers")
     for old in [h for h in logger.handlers if getattr(h, "_vf_setup_logging", False)]:
@@ -98,7 +100,9 @@ def print_prompt_completions_sample(
     padded = list(rewards) + [0.0] * max(0, len(prompts) - len(rewards))
     shown = min(num_samples, len(prompts))
     for i in range(shown):
-        table.add_row(_format_messages(prompts[i]), _format_messages(completions[i]), Text(f"{padded[i]:.2f}"))
+        table.add_row(
+            _format_messages(prompts[i]), _format_messages(completions[i]), Text(f"{padded[i]:.2f}")
+        )
         if i < shown - 1:
             table.add_section()
     Console().print(Panel(table, expand=False, title=f"Step {step}", border_style="bold white"))

@@ -137,8 +137,12 @@ def get_overlong_prompt_dummy_response(message_type: MessageType) -> ModelRespon
     if message_type == "chat":
         message = ChatCompletionMessage(role="assistant", content="Prompt too long.")
         choice = Choice(index=0, message=message, finish_reason="length")
-        return ChatCompletion(id="overlong-prompt", created=0, model="", object="chat.completion", choices=[choice])
+        return ChatCompletion(
+            id="overlong-prompt", created=0, model="", object="chat.completion", choices=[choice]
+        )
     if message_type == "completion":
         text_choice = CompletionChoice(index=0, text="Prompt too long.", finish_reason="length")
-        return Completion(id="overlong-prompt", created=0, model="", object="text_completion", choices=[text_choice])
+        return Completion(
+            id="overlong-prompt", created=0, model="", object="text_completion", choices=[text_choice]
+        )
     raise ValueError(f"Invalid message type: {message_type}")

@@ -173,7 +173,9 @@ def ask(question: str, url: str) -> str:
         response = requests.get(url, timeout=30)
         response.raise_for_status()
         contents = markdownify(response.text)[:50000]
-        client = OpenAI(base_url="https://api.deepinfra.com/v1/openai", api_key=os.getenv("DEEPINFRA_API_KEY"))
+        client = OpenAI(
+            base_url="https://api.deepinfra.com/v1/openai", api_key=os.getenv("DEEPINFRA_API_KEY")
+        )
         prompt = (
             "Answer the following question based on the provided web page contents:\n\n"
             f"Question: {question}\n\nPage: {url}\n\nPage contents:\n{contents}\n"
