@@ -4,6 +4,9 @@
 torch; the trainer lives in the separate ``trainers`` package.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from verifiers.clients import ChatClient, ModelResponse, as_chat_client, make_client
 from verifiers.envs import (
     EnvGroup,
@@ -31,49 +34,113 @@ from verifiers.rubrics import JudgeRubric, MathRubric, Rubric, RubricGroup, Tool
 from verifiers.tools.sandbox import SandboxLimits, python_tool, run_python
 from verifiers.tools.schema import tool_schema
 from verifiers.types import (
+    ChatCompletion,
+    ChatCompletionMessageParam,
+    ChatCompletionMessageToolCall,
+    ChatCompletionRole,
+    ChatCompletionToolParam,
+    ChatMessage,
+    Completion,
+    Endpoint,
+    Endpoints,
+    FunctionDefinition,
+    FunctionParameters,
+    GenerateInputs,
     GenerateOutputs,
     Info,
+    JsonPrimitive,
     Message,
     Messages,
+    MessageType,
+    ProcessedOutputs,
+    RewardFunc,
     RolloutError,
     RolloutResult,
+    RolloutScore,
+    RolloutScores,
     SamplingArgs,
     State,
     TurnTokens,
 )
+from verifiers.utils.data_utils import extract_hash_answer, load_example_dataset
+from verifiers.utils.logging_utils import print_prompt_completions_sample, setup_logging
 
 __version__ = "0.2.0"
 
+# 0.1.x names whose modules are only imported when used (optional packages, subprocess sandboxes).
+_LAZY_IMPORTS = {
+    "PythonEnv": "verifiers.envs.python_env:PythonEnv",
+    "SandboxEnv": "verifiers.envs.sandbox_env:SandboxEnv",
+    "TextArenaEnv": "verifiers.envs.textarena_env:TextArenaEnv",
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY_IMPORTS.get(name)
+    if target is None:
+        raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
+    module, attr = target.split(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from verifiers.envs.python_env import PythonEnv
+    from verifiers.envs.sandbox_env import SandboxEnv
+    from verifiers.envs.textarena_env import TextArenaEnv
+
 __all__ = [
     "ChatClient",
+    "ChatCompletion",
+    "ChatCompletionMessageParam",
+    "ChatCompletionMessageToolCall",
+    "ChatCompletionRole",
+    "ChatCompletionToolParam",
+    "ChatMessage",
+    "Completion",
     "ConfigError",
+    "Endpoint",
+    "Endpoints",
     "EnvError",
     "EnvGroup",
     "Environment",
+    "FunctionDefinition",
+    "FunctionParameters",
+    "GenerateInputs",
     "GenerateOutputs",
     "Info",
+    "JsonPrimitive",
     "JudgeError",
     "JudgeRubric",
     "MathRubric",
     "Message",
+    "MessageType",
     "Messages",
     "ModelError",
     "ModelResponse",
     "MultiTurnEnv",
     "OverlongPromptError",
     "Parser",
+    "ProcessedOutputs",
+    "PythonEnv",
+    "RewardFunc",
     "RolloutError",
     "RolloutInput",
     "RolloutResult",
+    "RolloutScore",
+    "RolloutScores",
     "RolloutTimeoutError",
     "Rubric",
     "RubricError",
     "RubricGroup",
     "SamplingArgs",
+    "SandboxEnv",
     "SandboxLimits",
     "SingleTurnEnv",
     "State",
     "StatefulToolEnv",
+    "TextArenaEnv",
     "ThinkParser",
     "ToolEnv",
     "ToolError",
@@ -84,11 +151,15 @@ __all__ = [
     "__version__",
     "as_chat_client",
     "extract_boxed_answer",
+    "extract_hash_answer",
     "group_reward",
     "load_environment",
+    "load_example_dataset",
     "make_client",
+    "print_prompt_completions_sample",
     "python_tool",
     "run_python",
     "run_rollouts",
+    "setup_logging",
     "tool_schema",
 ]

@@ -8,8 +8,16 @@ pydantic model: serialisable to results.jsonl, validated when read back.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypedDict
 
+from openai.types.chat.chat_completion import ChatCompletion
+from openai.types.chat.chat_completion_message_param import ChatCompletionMessageParam
+from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall
+from openai.types.chat.chat_completion_role import ChatCompletionRole
+from openai.types.chat.chat_completion_tool_param import ChatCompletionToolParam
+from openai.types.completion import Completion
+from openai.types.shared_params import FunctionDefinition, FunctionParameters
 from pydantic import BaseModel, ConfigDict, Field
 
 Message = dict[str, Any]
@@ -22,6 +30,15 @@ State = dict[str, Any]
 """Per-rollout scratch space. Environments may add any keys; the engine owns the documented ones."""
 Info = dict[str, Any]
 MessageType = Literal["chat", "completion"]
+
+# -- 0.1.x names (verifiers/types.py of v0.1.5), kept so annotations in published environments resolve.
+ChatMessage = ChatCompletionMessageParam
+"""An OpenAI chat message as the SDK types it (a TypedDict); at run time messages are plain dicts."""
+ModelResponse = Completion | ChatCompletion | None
+"""What 0.1.x's ``get_model_response`` returned. Not `verifiers.ModelResponse` (this library's parsed
+response class, `verifiers.clients.ModelResponse`), which ``import verifiers as vf`` keeps exporting."""
+RewardFunc = Callable[..., float | Awaitable[float]]
+JsonPrimitive = Literal["string", "number", "integer", "boolean", "array", "object"]
 
 StopReason = Literal[
     "completed",  # the environment said the episode is over (or single turn done)
@@ -165,3 +182,95 @@ class GenerateOutputs(BaseModel):
 
     def __len__(self) -> int:
         return len(self.results)
+
+
+# -- 0.1.x models (verifiers/types.py of v0.1.5) ---------------------------------------------
+
+
+class GenerateInputs(BaseModel):
+    """Columns for ``env.generate``: one entry per example (0.1.x shape).
+
+    It reads like an HF ``Dataset`` (``column_names``, ``to_list()``), which is what
+    ``generate`` accepts, so ``env.generate(GenerateInputs(...), client, model)`` works.
+    """
+
+    prompt: list[Messages]
+    answer: list[str] | None = None
+    info: list[dict[str, Any]] | None = None
+    task: list[str] | None = None
+    completion: list[Messages] | None = None
+
+    @property
+    def column_names(self) -> list[str]:
+        return [name for name in ("prompt", "answer", "info", "task") if getattr(self, name) is not None]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        columns = {name: getattr(self, name) for name in self.column_names}
+        for name, values in columns.items():
+            if len(values) != len(self.prompt):
+                raise ValueError(
+                    f"GenerateInputs.{name} has {len(values)} entries, prompt has {len(self.prompt)}"
+                )
+        return [{name: values[i] for name, values in columns.items()} for i in range(len(self.prompt))]
+
+
+class RolloutScores(BaseModel):
+    """Scores of several rollouts (what 0.1.x's ``Rubric.score_rollouts`` returns): one entry per rollout."""
+
+    reward: list[float] = Field(default_factory=list)
+    metrics: dict[str, list[float]] = Field(default_factory=dict)
+
+
+class ProcessedOutputs(BaseModel):
+    """Token-level training batch as 0.1.x's ``process_env_results`` produced it."""
+
+    prompt_ids: list[list[int]]
+    prompt_mask: list[list[int]]
+    completion_ids: list[list[int]]
+    completion_mask: list[list[int]]
+    completion_logprobs: list[list[float]]
+    rewards: list[float]
+
+
+class Endpoint(TypedDict):
+    key: str
+    url: str
+    model: str
+
+
+"""One entry of a 0.1.x ``endpoints.py`` registry: key variable, base URL, model."""
+Endpoints = dict[str, Endpoint]
+
+__all__ = [
+    "ChatCompletion",
+    "ChatCompletionMessageParam",
+    "ChatCompletionMessageToolCall",
+    "ChatCompletionRole",
+    "ChatCompletionToolParam",
+    "ChatMessage",
+    "Completion",
+    "Endpoint",
+    "Endpoints",
+    "FunctionDefinition",
+    "FunctionParameters",
+    "GenerateInputs",
+    "GenerateOutputs",
+    "Info",
+    "JsonPrimitive",
+    "Message",
+    "MessageType",
+    "Messages",
+    "ModelResponse",
+    "ProcessedOutputs",
+    "RewardFunc",
+    "RolloutError",
+    "RolloutResult",
+    "RolloutScore",
+    "RolloutScores",
+    "SamplingArgs",
+    "State",
+    "StopReason",
+    "Timing",
+    "TurnTokens",
+    "Usage",
+]

@@ -78,14 +78,14 @@ def test_parsers_are_picklable() -> None:
         (r"\boxed{ {a}{b{c}} }", "{a}{b{c}}"),
         (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
         (r"\boxed {7}", "7"),
-        (r"\boxed{3} and then \boxed{4", "3"),  # truncated last box: fall back
-        (r"\boxed{", None),
-        ("no box here", None),
-        (r"\boxedx{5}", None),
-        ("", None),
+        (r"\boxed{3} and then \boxed{4", r"\boxed{3} and then \boxed{4"),  # truncated last box: text as is
+        (r"\boxed{", r"\boxed{"),
+        ("no box here", "no box here"),  # 0.1.x: no box gives the text unchanged
+        (r"\boxedx{5}", r"\boxedx{5}"),
+        ("", ""),
     ],
 )
-def test_extract_boxed_answer(text: str, expected: str | None) -> None:
+def test_extract_boxed_answer(text: str, expected: str) -> None:
     assert extract_boxed_answer(text) == expected
 
 
@@ -100,8 +100,8 @@ def test_xml_parse_basic_multiline_and_last_occurrence() -> None:
     out = p.parse("<think>\nline 1\nline 2\n</think>\n<answer> 5 </answer>")
     assert out.think == "line 1\nline 2"
     assert out.answer == "5"
-    assert p.parse("<answer>1</answer> wait <answer>2</answer>").answer == "2"
-    assert p.parse("<answer>1</answer> wait <answer>2</answer>", last=False).answer == "1"
+    assert p.parse("<answer>1</answer> wait <answer>2</answer>").answer == "1"  # 0.1.x: first by default
+    assert p.parse("<answer>1</answer> wait <answer>2</answer>", last=True).answer == "2"
     assert p.parse("<answer> 5 </answer>", strip=False).answer == " 5 "
     missing = p.parse("<answer>5")
     assert missing.think is None and missing.answer is None
@@ -110,10 +110,13 @@ def test_xml_parse_basic_multiline_and_last_occurrence() -> None:
 def test_xml_parse_alternatives() -> None:
     p = XMLParser(["think", ("code", "python")])
     assert p.get_fields() == ["think", "code"]
-    assert p.parse("<python>print(1)</python>").code == "print(1)"
-    assert p.parse("<code>a</code><python>b</python>").code == "b"
+    # 0.1.x: one attribute per tag name, set for the name actually used.
+    used = p.parse("<python>print(1)</python>")
+    assert used.python == "print(1)" and used.code is None
+    both = p.parse("<code>a</code><python>b</python>")
+    assert (both.code, both.python) == ("a", "b")
     assert p.parse("<code>a</python>").code is None  # mismatched alternative names
-    assert not hasattr(p.parse("x"), "python")
+    assert p.parse("x").python is None
 
 
 def test_xml_parse_answer_chat_and_string() -> None:
@@ -129,18 +132,19 @@ def test_xml_parse_answer_chat_and_string() -> None:
     assert p.parse_answer([assistant("none")]) is None
     assert p.parse_answer([]) is None
     alt = XMLParser(["think", ("answer", "final")], answer_field="final")
-    assert alt.answer_field == "answer"
+    assert alt.answer_field == "final"
     assert alt.parse_answer([assistant("<final>9</final>")]) == "9"
+    assert alt.parse_answer([assistant("<answer>9</answer>")]) is None  # only the named tag counts
 
 
 def test_xml_format_and_format_str() -> None:
     p = XMLParser(["think", ("code", "python")])
     assert p.format(think="t", code="c") == "<think>\nt\n</think>\n<code>\nc\n</code>"
-    assert p.format(python="c", think="t") == "<think>\nt\n</think>\n<python>\nc\n</python>"
+    assert p.format(python="c", think="t") == "<think>\nt\n</think>\n<code>\nc\n</code>"  # canonical tag
     with pytest.raises(ValueError, match="'code'"):
         p.format(think="t")
     fmt = p.get_format_str()
-    assert "<think>\n...\n</think>" in fmt and "<code>\n...\n</code>" in fmt and "<python>" in fmt
+    assert fmt == "<think>\n...\n</think>\n<[ code | python ]>\n...\n</[ code | python ]>"
 
 
 @pytest.mark.parametrize("fields", [[], ["a", "a"], [("a", "b"), "b"], ["bad tag"], [()]])
@@ -149,23 +153,23 @@ def test_xml_rejects_bad_fields(fields) -> None:
         XMLParser(fields)
 
 
-# -- XMLParser: strict format reward ---------------------------------------------------------
+# -- XMLParser: format reward (0.1.x's partial credit, strict on mismatched tags) ------------
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("<think>a</think>\n<answer>5</answer>", 1.0),
         ("  <think>\nmulti\nline\n</think>\n\n<answer>\n5\n</answer>\n", 1.0),
-        ("<answer>5</answer><think>a</think>", 1.0),  # order is not checked
-        ("Sure! <think>a</think>\n<answer>5</answer>", 0.8),  # stray text outside the tags
-        ("<think>a</think> <answer>5</answer> done", 0.8),
+        ("<answer>5</answer><think>a</think>", 0.6),  # wrong order: no start/end credit
+        ("Sure! <think>a</think>\n<answer>5</answer>", 0.8),  # stray text before the tags
+        ("<think>a</think> <answer>5</answer> done", 0.8),  # stray text after
         ("<answer>5", 0.0),  # unclosed, and think missing
-        ("<think>a</think>\n<answer>5", 0.25),  # unclosed answer: half credit for think only
-        ("<think>a</think>\n<answer>5</answer></think>", 0.25),  # stray closing tag
-        ("</think>\n<answer>5</answer>", 0.25),  # closing without opening
-        ("<think><answer></think></answer>", 0.0),  # interleaved
-        ("<think>a<answer>5</answer></think>", 0.0),  # nested fields
-        ("<think>a</think>", 0.25),  # missing field, no mismatch
-        ("<think>a</think><answer>1</answer><answer>2</answer>", 0.25),  # repeated field
+        ("<think>a</think>\n<answer>5", 0.4),  # unclosed answer
+        ("<think>a</think>\n<answer>5</answer></think>", 0.2),  # stray closing tag
+        ("</think>\n<answer>5</answer>", 0.4),  # closing without opening: answer's credit only
+        ("<think><answer></think></answer>", 0.0),  # interleaved (0.1.x: 0.8)
+        ("<think>a<answer>5</answer></think>", 0.0),  # nested fields (0.1.x: 0.8)
+        ("<think>a</think>", 0.6),  # missing field (0.1.x: 0.6 too)
+        ("<think>a</think><answer>1</answer><answer>2</answer>", 0.6),  # repeated field (0.1.x: 1.0)
         ("just text", 0.0),
         ("", 0.0),
     ],
@@ -178,7 +182,7 @@ def test_xml_format_scores(text: str, expected: float) -> None:
 def test_xml_format_scores_alternatives() -> None:
     p = XMLParser(["think", ("code", "python")])
     assert p.score_format("<think>a</think><python>x</python>") == 1.0
-    assert p.score_format("<think>a</think><code>x</python>") == 0.25
+    assert p.score_format("<think>a</think><code>x</python>") == 0.4
 
 
 def test_xml_format_reward_means_over_assistant_messages() -> None:
@@ -204,7 +208,7 @@ def test_think_parse() -> None:
     p = ThinkParser()
     assert p.parse("<think>hmm</think>\n  42 ") == "42"
     assert p.parse("<think>a</think>b</think> c") == "c"  # after the LAST </think>
-    assert p.parse("  no think block ") == "no think block"
+    assert p.parse("  no think block ") == ""  # 0.1.x: no </think>, no answer
     assert ThinkParser(str.upper).parse("<think>x</think>ok") == "OK"
     chat = [assistant("<think>x</think>first"), assistant(parts("<think>y</think>", "second"))]
     assert p.parse_answer(chat) == "second"

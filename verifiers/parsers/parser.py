@@ -148,14 +148,15 @@ class Parser:
         return _named(format_reward_func, "format_reward_func")
 
 
-def extract_boxed_answer(text: str) -> str | None:
-    r"""Content of the last complete ``\boxed{...}`` in ``text``, or ``None``.
+def extract_boxed_answer(text: str) -> str:
+    r"""Content of the last ``\boxed{...}`` in ``text``; ``text`` unchanged when there is none.
 
-    Braces are matched with a depth counter so nested groups survive
-    (``\boxed{\frac{1}{2}}`` gives ``\frac{1}{2}``); LaTeX-escaped braces (``\{``,
-    ``\}``) are not counted. Only top-level boxes are considered, and an unclosed box
-    (typically a truncated generation) ends the scan, so the answer falls back to the
-    last box that was actually finished.
+    Returning the text itself (as verifiers 0.1.x does) lets this be a parser's
+    ``extract_fn`` for answers given with or without a box. When the last box is not
+    closed (typically a truncated generation) the text is returned unchanged too: an
+    earlier box the model moved past is not its answer. Braces are matched with a depth
+    counter so nested groups survive (``\boxed{\frac{1}{2}}`` gives ``\frac{1}{2}``),
+    LaTeX-escaped braces (``\{``, ``\}``) are not counted, and the content is stripped.
     """
     marker = "\\boxed"
     last: str | None = None
@@ -164,7 +165,7 @@ def extract_boxed_answer(text: str) -> str | None:
     while True:
         start = text.find(marker, pos)
         if start < 0:
-            return last
+            return text if last is None else last
         i = start + len(marker)
         if i < n and (text[i].isalpha()):
             # e.g. \boxedfoo: a different command, not a box.
@@ -192,6 +193,6 @@ def extract_boxed_answer(text: str) -> str | None:
                     break
             i += 1
         if end < 0:
-            return last
+            return text
         last = text[body_start:end].strip()
         pos = end + 1

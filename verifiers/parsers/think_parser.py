@@ -26,12 +26,14 @@ class ThinkParser(Parser):
     def parse(self, text: str) -> Any:
         """Text after the last ``</think>`` (stripped), passed through ``extract_fn``.
 
-        Without ``</think>`` the whole stripped text is used, as in verifiers 0.1.x:
-        servers that strip the reasoning themselves return only the answer.
+        Without ``</think>`` the answer is ``""`` (``extract_fn("")``), as in verifiers
+        0.1.x: a reasoning that never finished has no answer, and a model that skipped
+        the reasoning is not rewarded for it. For servers that strip the reasoning
+        themselves, use `Parser` instead.
         """
-        if _CLOSE in text:
-            text = text.rsplit(_CLOSE, 1)[1]
-        return self.extract_fn(text.strip())
+        if _CLOSE not in text:
+            return self.extract_fn("")
+        return self.extract_fn(text.rsplit(_CLOSE, 1)[1].strip())
 
     @staticmethod
     def score_format(text: str) -> float:

@@ -9,10 +9,11 @@ parser can always read.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from verifiers.parsers.parser import Messages, Parser, RewardFunc, _mean, _named, message_text
+from verifiers.parsers.parser import Messages, Parser, RewardFunc, _mean, _named, identity, message_text
 
 __all__ = ["XMLParser"]
 
@@ -23,12 +24,19 @@ class XMLParser(Parser):
     """Parser for responses made of XML-style fields.
 
     ``fields`` lists the expected tags in order. An entry may be a tuple of alternative
-    tag names for the same field, the first being canonical: ``("code", "python")``
-    accepts ``<python>...</python>`` but reports it as ``code``.
+    tag names for one field, the first being canonical, e.g. ``("code", "answer")``:
+    the model may write either, and the parsed result has one attribute per tag name
+    (``.code`` and ``.answer``), set only for the tag actually used, so an environment
+    can tell "ran code" from "answered". ``format`` writes the canonical tag.
     """
 
-    def __init__(self, fields: list[str | tuple[str, ...]], answer_field: str = "answer") -> None:
-        super().__init__()
+    def __init__(
+        self,
+        fields: list[str | tuple[str, ...]],
+        answer_field: str = "answer",
+        extract_fn: Callable[[str], Any] = identity,
+    ) -> None:
+        super().__init__(extract_fn)
         if not fields:
             raise ValueError("XMLParser needs at least one field")
         self._fields: list[tuple[str, tuple[str, ...]]] = []
@@ -44,14 +52,13 @@ class XMLParser(Parser):
                     raise ValueError(f"tag {name!r} is declared more than once")
                 self._tag_to_field[name] = len(self._fields)
             self._fields.append((names[0], names))
-        # An alternative name for the answer field is accepted and mapped to its canonical name.
-        idx = self._tag_to_field.get(answer_field)
-        self.answer_field = self._fields[idx][0] if idx is not None else answer_field
+        self.answer_field = answer_field
+        """The tag whose content `parse_answer` returns (any declared name, alternative or not)."""
 
-        self._field_patterns = [
-            re.compile(rf"<(?P<tag>{self._alternation(names)})>(?P<body>.*?)</(?P=tag)>", re.DOTALL)
-            for _, names in self._fields
-        ]
+        self._tag_patterns = {
+            tag: re.compile(rf"<{re.escape(tag)}>(?P<body>.*?)</{re.escape(tag)}>", re.DOTALL)
+            for tag in self._tag_to_field
+        }
         self._any_tag = re.compile(rf"<(?P<close>/?)(?P<tag>{self._alternation(self._tag_to_field)})>")
 
     @staticmethod
@@ -60,32 +67,44 @@ class XMLParser(Parser):
         return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
 
     # -- parsing ----------------------------------------------------------------------
-    def parse(self, text: str, strip: bool = True, last: bool = True) -> SimpleNamespace:
-        """One attribute per canonical field: the field's content, or ``None`` if absent.
+    def parse(self, text: str, strip: bool = True, last: bool = False) -> SimpleNamespace:
+        """One attribute per declared tag name (alternatives included): its content, or ``None``.
 
-        When a field occurs several times the last occurrence wins (the model's final
-        word), across all alternative tag names; ``last=False`` takes the first instead.
+        A tag that occurs several times gives its first occurrence, as in 0.1.x;
+        ``last=True`` takes the last one (the model's final word).
         """
         result: dict[str, str | None] = {}
-        for (canonical, _), pattern in zip(self._fields, self._field_patterns, strict=True):
-            matches = list(pattern.finditer(text))
-            if not matches:
-                result[canonical] = None
-                continue
-            body = matches[-1 if last else 0].group("body")
-            result[canonical] = body.strip() if strip else body
+        for tag, pattern in self._tag_patterns.items():
+            match: re.Match[str] | None = None
+            if last:
+                for match in pattern.finditer(text):  # noqa: B007 - keep the last match
+                    pass
+            else:
+                match = pattern.search(text)
+            if match is None:
+                result[tag] = None
+            else:
+                body = match.group("body")
+                result[tag] = body.strip() if strip else body
         return SimpleNamespace(**result)
 
     def parse_answer(self, completion: Messages) -> str | None:
         """The ``answer_field`` of the latest assistant turn that has one.
 
-        Scanning backwards tolerates trailing turns without an answer (e.g. a closing
-        remark after the answer was given).
+        As in 0.1.x, ``extract_fn`` is not applied here (it is accepted for signature
+        compatibility); post-process in the reward function if needed.
+
+        Within a message the last occurrence counts (0.1.x took the first one in chat
+        mode but the last in completion mode; the last is the model's final word in
+        both). Scanning turns backwards tolerates trailing turns without an answer.
         """
-        if isinstance(completion, str):
-            return getattr(self.parse(completion), self.answer_field, None)
-        for message in reversed(self.get_assistant_messages(completion)):
-            value = getattr(self.parse(message_text(message)), self.answer_field, None)
+        texts = (
+            [completion]
+            if isinstance(completion, str)
+            else [message_text(m) for m in reversed(self.get_assistant_messages(completion))]
+        )
+        for text in texts:
+            value = getattr(self.parse(text, last=True), self.answer_field, None)
             if value is not None:
                 return value
         return None
@@ -99,53 +118,54 @@ class XMLParser(Parser):
         """Render a response in the expected layout (used for few-shot examples).
 
         Every field is required and may be given by its canonical or any alternative
-        name; the tag is written with the name used. Unknown keywords are ignored.
+        name (canonical preferred); the tag written is always the canonical one, as in
+        0.1.x. Unknown keywords are ignored.
         """
         parts: list[str] = []
         for canonical, names in self._fields:
-            tag = next((n for n in names if kwargs.get(n) is not None), None)
-            if tag is None:
-                allowed = ", ".join(names)
-                raise ValueError(f"missing value for field {canonical!r} (accepted names: {allowed})")
-            parts.append(f"<{tag}>\n{kwargs[tag]}\n</{tag}>")
+            key = next((n for n in names if kwargs.get(n) is not None), None)
+            if key is None:
+                raise ValueError(f"Missing value for field {canonical!r} (allowed: {list(names)})")
+            parts.append(f"<{canonical}>\n{kwargs[key]}\n</{canonical}>")
         return "\n".join(parts)
 
     def get_format_str(self) -> str:
-        """Format instructions for a system prompt."""
-        lines = ["Respond in the following format:"]
-        for canonical, _ in self._fields:
-            lines.append(f"<{canonical}>\n...\n</{canonical}>")
+        """Format instructions for a system prompt (0.1.x's text).
+
+        ``<think>\\n...\\n</think>`` per field; a field with alternatives is written
+        ``<[ code | answer ]>\\n...\\n</[ code | answer ]>``.
+        """
+        blocks = []
         for canonical, names in self._fields:
-            if len(names) > 1:
-                others = ", ".join(f"<{n}>" for n in names[1:])
-                lines.append(f"(<{canonical}> may also be written as {others})")
-        return "\n".join(lines)
+            tag = f"[ {' | '.join(names)} ]" if len(names) > 1 else canonical
+            blocks.append(f"<{tag}>\n...\n</{tag}>")
+        return "\n".join(blocks)
 
     # -- reward -------------------------------------------------------------------------
     def score_format(self, text: str) -> float:
-        """Strict format score of one message's text, in [0, 1].
+        """Format score of one message's text, in [0, 1]: 0.1.x's partial credit, made strict.
 
         The text is scanned for the declared tags (all alternatives). Fields are flat:
-        a declared tag opened while another field is still open counts as a mismatch.
-        Tags are *mismatched* when a closing tag has no matching opening tag (or
-        closes a different field or alternative name), when a field is opened inside
-        another (interleaving or nesting) or when a field is left unclosed.
+        a declared tag opened while another is still open, a closing tag without its
+        opening tag (same name) and an unclosed tag are *mismatched*. A field is *well
+        formed* when it occurs exactly once as an ``<tag>...</tag>`` pair and no
+        mismatched tag involves it. The score adds up 0.1.x's four parts:
 
-        A field is *well formed* when it occurs exactly once as an
-        ``<tag>...</tag>`` pair with the same name at both ends, and no mismatched tag
-        involves it. Order of fields is not checked. Then:
+        * 0.4 * (well-formed fields / declared fields);
+        * 0.2 when at least one field is well formed and no tag is mismatched;
+        * 0.2 when the text (stripped) starts with the first field, well formed;
+        * 0.2 when it ends with the last field, well formed.
 
-        * 1.0: every field well formed, nothing outside the pairs but whitespace;
-        * 0.8: every field well formed, other text outside the pairs;
-        * otherwise (mismatched tags, missing or repeated fields):
-          ``0.5 * well_formed_fields / declared_fields``, so at most 0.5.
+        So a perfect response scores 1.0, one with stray text before or after the tags
+        0.8, one missing a field 0.6 (all as in 0.1.x). Unlike 0.1.x, tags that do not
+        pair up (nested, interleaved, unclosed, repeated fields) earn no field credit
+        and lose the 0.2 for clean tags, and text without any field scores 0, not 0.2.
         """
         n = len(self._fields)
         pairs = [0] * n
         broken = [False] * n
-        spans: list[tuple[int, int]] = []
         mismatched = False
-        open_field: tuple[int, str, int] | None = None  # (field index, tag, start offset)
+        open_field: tuple[int, str] | None = None  # (field index, tag)
 
         for match in self._any_tag.finditer(text):
             tag = match.group("tag")
@@ -154,11 +174,10 @@ class XMLParser(Parser):
                 if open_field is not None:
                     mismatched = True
                     broken[open_field[0]] = broken[idx] = True
-                open_field = (idx, tag, match.start())
+                open_field = (idx, tag)
                 continue
-            if open_field is not None and open_field[:2] == (idx, tag):
+            if open_field == (idx, tag):
                 pairs[idx] += 1
-                spans.append((open_field[2], match.end()))
             else:
                 mismatched = True
                 broken[idx] = True
@@ -169,15 +188,19 @@ class XMLParser(Parser):
             mismatched = True
             broken[open_field[0]] = True
 
-        well_formed = sum(1 for i in range(n) if pairs[i] == 1 and not broken[i])
-        if mismatched or well_formed < n:
-            return 0.5 * well_formed / n
-        outside, cursor = [], 0
-        for start, end in spans:
-            outside.append(text[cursor:start])
-            cursor = end
-        outside.append(text[cursor:])
-        return 1.0 if not "".join(outside).strip() else 0.8
+        def ok(i: int) -> bool:
+            return pairs[i] == 1 and not broken[i]
+
+        well_formed = sum(1 for i in range(n) if ok(i))
+        stripped = text.strip()
+        score = 0.4 * well_formed / n
+        if well_formed and not mismatched:
+            score += 0.2
+        if ok(0) and any(stripped.startswith(f"<{tag}>") for tag in self._fields[0][1]):
+            score += 0.2
+        if ok(n - 1) and any(stripped.endswith(f"</{tag}>") for tag in self._fields[-1][1]):
+            score += 0.2
+        return round(score, 10)
 
     def get_format_reward_func(self) -> RewardFunc:
         """Reward function: mean :meth:`score_format` over assistant turns (0.0 if none).

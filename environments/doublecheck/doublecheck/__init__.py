@@ -39,8 +39,7 @@ CHALLENGE = "Are you sure? Check your work and give your final answer inside \\b
 
 def boxed_or_text(text: str) -> str:
     """The last ``\\boxed{}`` content, or the whole stripped text when there is none."""
-    boxed = extract_boxed_answer(text)
-    return boxed if boxed is not None else text.strip()
+    return extract_boxed_answer(text).strip()
 
 
 class DoubleCheckEnv(vf.MultiTurnEnv):

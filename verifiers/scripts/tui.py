@@ -1,0 +1,16 @@
+"""0.1.x path ``verifiers.scripts.tui``: runs ``vf-view`` (`verifiers.cli.view`)."""
+
+from __future__ import annotations
+
+from verifiers.cli.view import main as _main
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``vf-view`` with ``argv`` (default: the process arguments); returns the exit status."""
+    return _main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
