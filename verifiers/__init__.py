@@ -50,6 +50,8 @@ __all__ = [
     "EnvError",
     "EnvGroup",
     "Environment",
+    "GRPOConfig",
+    "GRPOTrainer",
     "GenerateOutputs",
     "Info",
     "JudgeError",
@@ -84,11 +86,33 @@ __all__ = [
     "__version__",
     "as_chat_client",
     "extract_boxed_answer",
+    "get_model_and_tokenizer",
     "group_reward",
+    "grpo_defaults",
     "load_environment",
+    "lora_defaults",
     "make_client",
     "python_tool",
     "run_python",
     "run_rollouts",
     "tool_schema",
 ]
+
+
+_TRAINING_NAMES = ("GRPOConfig", "GRPOTrainer", "get_model_and_tokenizer", "grpo_defaults", "lora_defaults")
+
+
+def __getattr__(name: str):
+    """0.1.x training names: imported only when used, so ``import verifiers`` never imports torch."""
+    if name in _TRAINING_NAMES:
+        import importlib.util
+
+        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ImportError(
+                f"verifiers.{name} needs the train extra ({', '.join(missing)} missing): pip install 'verifiers[train]'"
+            )
+        from verifiers.compat import training
+
+        return getattr(training, name)
+    raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
