@@ -175,6 +175,35 @@ def httpx_plan(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**e, "key": "httpx_" + e["key"], "transport": "httpx"} for e in plan if e["key"] in wanted]
 
 
+def plain_plan(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A user-built ``openai.AsyncOpenAI(base_url=...)`` (SDK default transport), as 0.1.x users
+    pass it: ``plain_*`` through `as_chat_client` (which routes it to the aiohttp fast path) and
+    ``plainsdk_*`` forced through the SDK's own request pipeline (the baseline, same run)."""
+    wanted = {"single_turn_c64", "single_turn_500ms_c256", "tool_500ms_c256"}
+    out = []
+    for e in plan:
+        if e["key"] in wanted:
+            out.append({**e, "key": "plain_" + e["key"], "client": "plain"})
+            out.append({**e, "key": "plainsdk_" + e["key"], "client": "plain_sdk"})
+    return out
+
+
+def build_client(entry: dict[str, Any], base_url: str) -> tuple[Any, Any]:
+    """(client passed to a_generate, object to close afterwards)."""
+    kind = entry.get("client", "ours")
+    if kind == "ours":
+        client = vf.make_client(base_url, max_retries=0, transport=entry.get("transport", "aiohttp"))
+        return client, client
+    import openai
+
+    plain = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    if kind == "plain":
+        return plain, plain
+    from verifiers.clients.openai_client import OpenAIChatClient
+
+    return OpenAIChatClient(plain), plain
+
+
 # -- our engine ---------------------------------------------------------------------------
 
 
@@ -212,7 +241,7 @@ async def measure_ours(
     entry: dict[str, Any], env: vf.Environment, server: Any, profiler: cProfile.Profile | None = None
 ) -> dict[str, Any]:
     c, n, reps, turns = entry["c"], entry["n"], entry["reps"], entry["turns"]
-    client = vf.make_client(server.base_url, max_retries=0, transport=entry.get("transport", "aiohttp"))
+    client, closer = build_client(entry, server.base_url)
     data = env.dataset.subset(n)
     warm = env.dataset.subset(min(entry["warmup"], len(env.dataset)))
     result: dict[str, Any] = {"n": n, "c": c, "reps": reps, "errors": 0, "error_samples": []}
@@ -256,7 +285,7 @@ async def measure_ours(
             cpus.append(cpu)
             del out
     finally:
-        await client.close()
+        await closer.close()
     wall = min(walls)
     result.update(wall_s=wall, rps=n / wall, cpu_ms=1000.0 * min(cpus) / n, all_rps=[n / w for w in walls])
     if server_cpus:  # diagnostic: is the server, not the client, the bottleneck?
@@ -382,8 +411,9 @@ def figures(
         key, wl = entry["key"], entry["workload"]
         if "500ms" in key:
             name = "efficiency_500ms_c256" if wl == "single_turn" else "tool_efficiency_500ms_c256"
-            if key.startswith("httpx_"):
-                name = "httpx_" + name
+            for tag in ("httpx_", "plain_", "plainsdk_"):
+                if key.startswith(tag):
+                    name = tag + name
             fig[prefix + name] = efficiency(res, entry)
             fig[prefix + key.replace("_500ms_", "_wall_s_500ms_")] = res.get("wall_s")
             fig[prefix + key.replace("_500ms_", "_cpu_ms_500ms_")] = res.get("cpu_ms")
@@ -400,7 +430,7 @@ def figures(
 
 def _fmt(v: Any, spec: str = "8.1f") -> str:
     if v is None:
-        return "—".rjust(int(spec.split(".")[0]))
+        return "—".rjust(int(spec.split(".")[0] or 1))
     return format(v, spec)
 
 
@@ -440,6 +470,16 @@ def print_report(fig: dict[str, Any], peer: bool) -> None:
         f"{'single_turn':<12} {_fmt(fig.get('httpx_efficiency_500ms_c256'), '6.3f')}"
         f" {'':>6} {'':>6} {_fmt(fig.get('httpx_single_turn_wall_s_500ms_c256'), '10.3f')}   <- ours with transport='httpx'"
     )
+    for wl, name in (("single_turn", "efficiency_500ms_c256"), ("tool", "tool_efficiency_500ms_c256")):
+        for tag, what in (("plain_", "plain AsyncOpenAI(base_url=...)"), ("plainsdk_", "the same, forced through the SDK")):
+            print(
+                f"{wl:<12} {_fmt(fig.get(tag + name), '6.3f')} {'':>6} {'':>6} "
+                f"{_fmt(fig.get(f'{tag}{wl}_wall_s_500ms_c256'), '10.3f')}   <- {what}"
+            )
+    print(
+        f"single_turn C=64 rps: plain AsyncOpenAI {_fmt(fig.get('plain_single_turn_rps_c64'), '.1f')}, "
+        f"forced through the SDK {_fmt(fig.get('plainsdk_single_turn_rps_c64'), '.1f')}"
+    )
     print()
     rps = fig.get("single_turn_rps_c64")
     ratio = fig.get("ratio_single_turn_rps_c64")
@@ -459,6 +499,10 @@ def print_report(fig: dict[str, Any], peer: bool) -> None:
         print("n/a  target: single-turn rps at C=64 >= 1.5x the peer (--no-peer)")
     print(
         f"{verdict(None if eff is None else eff >= TARGET_EFFICIENCY)} target: single-turn efficiency at 500 ms, C=256 >= {TARGET_EFFICIENCY:g} (got {_fmt(eff, '.3f').strip()})"
+    )
+    plain_eff = fig.get("plain_efficiency_500ms_c256")
+    print(
+        f"{verdict(None if plain_eff is None else plain_eff >= TARGET_EFFICIENCY)} target: plain AsyncOpenAI single-turn efficiency at 500 ms, C=256 >= {TARGET_EFFICIENCY:g} (got {_fmt(plain_eff, '.3f').strip()})"
     )
     tool_eff = fig.get("tool_efficiency_500ms_c256")
     print(
@@ -502,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rollouts (smoke run)")
     parser.add_argument("--no-peer", action="store_true", help="skip verifiers 0.1.5")
     parser.add_argument(
+        "--plain-only", action="store_true", help="only the plain AsyncOpenAI cases (no peer)"
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="cProfile our client at C=64 and exit (no peer)"
     )
     args = parser.parse_args(argv)
@@ -524,14 +571,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{'quick' if args.quick else 'full'} run",
             flush=True,
         )
-        ours = asyncio.run(run_ours(plan + httpx_plan(plan), rows, servers))
+        ours_plan = plain_plan(plan) if args.plain_only else plan + httpx_plan(plan) + plain_plan(plan)
+        if args.plain_only:
+            args.no_peer = True
+        ours = asyncio.run(run_ours(ours_plan, rows, servers))
         peer_results: dict[str, dict[str, Any]] = {}
         peer_errors: list[str] = []
         if not args.no_peer:
             peer_results, peer_errors = run_peer(plan, rows, servers)
 
     fig: dict[str, Any] = {"quick": args.quick, "version": vf.__version__}
-    fig.update(figures(ours, plan + httpx_plan(plan)))
+    fig.update(figures(ours, ours_plan))
     if not args.no_peer:
         fig.update(figures(peer_results, plan, prefix="peer_"))
         for name in (

@@ -72,6 +72,12 @@ _LAZY_IMPORTS = {
     "PythonEnv": "verifiers.envs.python_env:PythonEnv",
     "SandboxEnv": "verifiers.envs.sandbox_env:SandboxEnv",
     "TextArenaEnv": "verifiers.envs.textarena_env:TextArenaEnv",
+    # 0.1.x training names: only when used, so ``import verifiers`` never imports torch
+    "GRPOConfig": "verifiers.compat.training:GRPOConfig",
+    "GRPOTrainer": "verifiers.compat.training:GRPOTrainer",
+    "get_model_and_tokenizer": "verifiers.compat.training:get_model_and_tokenizer",
+    "grpo_defaults": "verifiers.compat.training:grpo_defaults",
+    "lora_defaults": "verifiers.compat.training:lora_defaults",
 }
 
 
@@ -79,6 +85,14 @@ def __getattr__(name: str) -> Any:
     target = _LAZY_IMPORTS.get(name)
     if target is None:
         raise AttributeError(f"module 'verifiers' has no attribute {name!r}")
+    if target.startswith("verifiers.compat.training:"):
+        from importlib.util import find_spec
+
+        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+        if missing:
+            raise ImportError(
+                f"verifiers.{name} needs the train extra ({', '.join(missing)} missing): pip install 'verifiers[train]'"
+            )
     module, attr = target.split(":")
     value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
@@ -107,6 +121,8 @@ __all__ = [
     "Environment",
     "FunctionDefinition",
     "FunctionParameters",
+    "GRPOConfig",
+    "GRPOTrainer",
     "GenerateInputs",
     "GenerateOutputs",
     "Info",
@@ -152,9 +168,12 @@ __all__ = [
     "as_chat_client",
     "extract_boxed_answer",
     "extract_hash_answer",
+    "get_model_and_tokenizer",
     "group_reward",
+    "grpo_defaults",
     "load_environment",
     "load_example_dataset",
+    "lora_defaults",
     "make_client",
     "print_prompt_completions_sample",
     "python_tool",
@@ -163,3 +182,4 @@ __all__ = [
     "setup_logging",
     "tool_schema",
 ]
+

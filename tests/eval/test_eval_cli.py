@@ -146,10 +146,12 @@ def test_endpoint_alias_from_the_default_registry(
     )
 
 
-def test_rollout_errors_do_not_fail_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_rollout_erroring_fails_the_command_and_saves_the_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with ScriptedServer(ServerScript(error_rate=1.0, error_statuses=[500])) as srv:
         code = main(["vf-eval-test-echo", "-b", srv.base_url, "--max-retries", "0", "-o", str(tmp_path)])
-    assert code == 0
+    assert code == 1  # a run where nothing worked must not look like a result
     (run_dir,) = run_dirs(tmp_path)
     assert read_meta(run_dir)["errors_by_type"] == {"ServerError": 15}
     assert "ServerError" in capsys.readouterr().out  # errors by type in the summary

@@ -39,7 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-m", "--model", default=None, help="model name or endpoints alias (default: gpt-4.1-mini)"
     )
     p.add_argument(
-        "-b", "--base-url", default=None, help="API base URL (default: the alias's, else OpenAI's)"
+        "-b",
+        "--base-url",
+        "--api-base-url",
+        dest="base_url",
+        default=None,
+        help="API base URL (default: the alias's, else OpenAI's)",
     )
     p.add_argument(
         "-k",
@@ -50,9 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-e",
         "--endpoints",
+        "--endpoints-path",
+        dest="endpoints",
         default=None,
-        help="endpoints registry TOML (default: ./configs/endpoints.toml, "
-        "then ~/.config/verifiers/endpoints.toml)",
+        help="endpoints registry: TOML, or a 0.1.x endpoints.py with ENDPOINTS, or the folder holding it "
+        "(default: ./configs/endpoints.toml, ./configs/endpoints.py, ~/.config/verifiers/endpoints.toml)",
+    )
+    p.add_argument(
+        "-p",
+        "--env-dir-path",
+        default=None,
+        help="folder of local environments to import ENV from, before installed ones "
+        "(default: ./environments when it holds ENV)",
     )
     p.add_argument(
         "-n", "--num-examples", type=int, default=5, help="examples to evaluate, -1 for all (default: 5)"
@@ -72,7 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-S", "--sampling-args", default=None, help="JSON object of sampling args, merged over -t/-T"
     )
-    p.add_argument("-s", "--save", action="store_true", help="save results under the output directory")
+    p.add_argument(
+        "-s",
+        "--save",
+        "--save-results",
+        dest="save",
+        action="store_true",
+        help="save results under the output directory",
+    )
     p.add_argument(
         "-o", "--output-dir", default=None, help="root of saved runs (default: ./outputs; implies -s)"
     )
@@ -110,7 +131,70 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--save-dataset", default=None, metavar="DIR", help="export the run as a HF dataset to DIR"
     )
+    p.add_argument(
+        "-H",
+        "--save-to-hf-hub",
+        action="store_true",
+        help="push the results as a dataset to the Hugging Face Hub (implies -s)",
+    )
+    p.add_argument(
+        "-D",
+        "--hf-hub-dataset-name",
+        default="",
+        help="Hub dataset repo for -H (default: <env>--<model>)",
+    )
+    p.add_argument(
+        "--fail-threshold",
+        type=float,
+        default=1.0,
+        metavar="SHARE",
+        help="exit 1 when at least this share of rollouts errored (default: 1.0 = every rollout)",
+    )
+    _add_legacy_flags(p)
     return p
+
+
+LEGACY_IGNORED = {
+    "no_interleave_scoring": "-N/--no-interleave-scoring: scoring here runs per group as rollouts finish; "
+    "results do not depend on it, so it is ignored",
+    "tui": "-u/--tui: the live display is always on (use --no-progress to turn it off); ignored",
+}
+LEGACY_REFUSED = {
+    "independent_scoring": "--independent-scoring is not supported: rubrics score each group together "
+    "(group rewards need the whole group); drop the flag",
+    "extra_env_kwargs": "-x/--extra-env-kwargs is not supported: pass constructor arguments through "
+    "-a/--env-args to load_environment instead",
+    "state_columns": "-C/--state-columns is not needed: every rollout's full state is saved in results.jsonl; "
+    "drop the flag",
+}
+
+
+def _add_legacy_flags(p: argparse.ArgumentParser) -> None:
+    """0.1.x flags without a counterpart: accepted, then mapped, ignored with a note, or refused by name."""
+    p.add_argument("-N", "--no-interleave-scoring", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("-u", "--tui", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("-d", "--debug", action="store_true", help="plain output without the live display (0.1.x)")
+    p.add_argument("--independent-scoring", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("-x", "--extra-env-kwargs", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-C", "--state-columns", default=None, help=argparse.SUPPRESS)
+
+
+def check_legacy_flags(args: argparse.Namespace, err: Any) -> None:
+    """Refuse 0.1.x flags we cannot honour (by name), note the ones that change nothing."""
+    for name, why in LEGACY_REFUSED.items():
+        value = getattr(args, name, None)
+        if value not in (None, False, "", "{}", "[]"):
+            raise ConfigError(why)
+    for name, note in LEGACY_IGNORED.items():
+        if getattr(args, name, False):
+            err.print(f"note: {note}")
+    if args.env and args.env.endswith(".toml"):
+        raise ConfigError(
+            f"{args.env!r}: multi-environment TOML eval configs (0.1.x) are not supported; "
+            "run vf-eval once per environment"
+        )
+    if not 0.0 < args.fail_threshold <= 1.0:
+        raise ConfigError(f"--fail-threshold must be in (0, 1], got {args.fail_threshold}")
 
 
 def _json_object(text: str | None, flag: str) -> dict[str, Any]:
@@ -168,10 +252,17 @@ def config_from_args(args: argparse.Namespace) -> Any:
         rollout_timeout_s=args.timeout,
         max_retries=args.max_retries,
         headers=parse_headers(args.header),
-        save=bool(args.save or args.output_dir or args.resume or args.report or args.save_dataset),
+        save=bool(
+            args.save
+            or args.output_dir
+            or args.resume
+            or args.report
+            or args.save_dataset
+            or args.save_to_hf_hub
+        ),
         output_dir=Path(args.output_dir) if args.output_dir else DEFAULT_OUTPUT_DIR,
         resume=resume,
-        show_progress=not args.no_progress,
+        show_progress=not (args.no_progress or args.debug),
         verbose=args.verbose,
     )
 
@@ -200,11 +291,19 @@ def _view(args: argparse.Namespace, out: Console) -> int:
 def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.view is not None:
         return _view(args, out)
+    from verifiers.eval.legacy_flags import add_env_dir, error_share, first_error_messages
     from verifiers.eval.runner import run_eval
 
+    check_legacy_flags(args, err)
     config = config_from_args(args)
+    add_env_dir(config.env_id, args.env_dir_path, explicit=args.env_dir_path is not None)
     result = run_eval(config, console=err)
     _print_summary(result, config.rollouts_per_example, out)
+    first_messages = first_error_messages(result.results)
+    if first_messages:
+        out.print("First error message of each type:")
+        for kind, message in first_messages.items():
+            out.print(f"  {kind}: {message[:500]}", soft_wrap=True, markup=False)
     if result.run_dir is not None:
         out.print(f"Saved: {result.run_dir}", soft_wrap=True)
         if args.report:
@@ -215,7 +314,21 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
             from verifiers.eval.export import save_dataset
 
             out.print(f"Dataset: {save_dataset(result.run_dir, Path(args.save_dataset))}", soft_wrap=True)
-    return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_OK
+        if args.save_to_hf_hub:
+            from verifiers.eval.legacy_flags import default_hub_dataset_name, push_to_hub
+
+            repo = args.hf_hub_dataset_name or default_hub_dataset_name(config.env_id, config.model)
+            out.print(f"Pushed to the Hugging Face Hub: {push_to_hub(result.run_dir, repo)}", soft_wrap=True)
+    if result.status == "interrupted":
+        return EXIT_INTERRUPTED
+    share = error_share(result.results)
+    if result.results and share >= args.fail_threshold:
+        err.print(
+            f"vf-eval: {share:.0%} of {len(result.results)} rollouts errored "
+            f"(--fail-threshold {args.fail_threshold:g}): exit status {EXIT_FAILED}"
+        )
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,6 +117,21 @@ class AiohttpChatClient(RequestAdapter):
         if session is not None and not session.closed:
             await session.close()
 
+    def __del__(self) -> None:
+        """Close pools left open when the adapter goes away (with the user's ``AsyncOpenAI``),
+        as the SDK's own default client does in its ``__del__``: no unclosed-session warnings."""
+        for session in list(getattr(self, "_sessions", {}).values()):
+            if session.closed:
+                continue
+            loop = session._loop
+            try:
+                if loop.is_running():
+                    loop.create_task(session.close())
+                else:  # closes the sockets now; the loop that owned them is gone or idle
+                    session.connector._close()  # type: ignore[union-attr]
+            except Exception:
+                pass
+
     async def close(self) -> None:
         for session in list(self._sessions.values()):
             await session.close()

@@ -46,8 +46,15 @@ DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"
 """Sent when the key variable is unset: local servers (vLLM, vf-serve) accept any key."""
 
-DEFAULT_ENDPOINTS_PATHS = (Path("configs/endpoints.toml"), Path("~/.config/verifiers/endpoints.toml"))
-"""Searched in this order when ``-e`` is not given (the first is relative to the working directory)."""
+DEFAULT_ENDPOINTS_PATHS = (
+    Path("configs/endpoints.toml"),
+    Path("configs/endpoints.py"),
+    Path("~/.config/verifiers/endpoints.toml"),
+)
+"""Searched in this order when ``-e`` is not given (the first two relative to the working directory).
+
+``configs/endpoints.py`` is the 0.1.x registry: a Python module defining
+``ENDPOINTS = {alias: {"model": ..., "url": ..., "key": ...}}``."""
 
 
 class Endpoint(BaseModel):
@@ -70,6 +77,10 @@ def find_endpoints_file(path: str | os.PathLike[str] | None = None) -> Path | No
     """The registry to use: ``path`` if given (it must exist), else the first default that exists."""
     if path is not None:
         p = Path(path).expanduser()
+        if p.is_dir():  # 0.1.x accepted the folder holding endpoints.py
+            for name in ("endpoints.toml", "endpoints.py"):
+                if (p / name).is_file():
+                    return p / name
         if not p.is_file():
             raise ConfigError(
                 f"endpoints file {str(p)!r} does not exist; fix the path given to -e/--endpoints"
@@ -85,13 +96,16 @@ def find_endpoints_file(path: str | os.PathLike[str] | None = None) -> Path | No
 def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
     """Parse a registry file into ``alias -> [Endpoint, ...]`` (every alias has at least one)."""
     p = Path(path).expanduser()
-    try:
-        with open(p, "rb") as f:
-            raw = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"endpoints file {str(p)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"endpoints file {str(p)!r} is not valid TOML: {exc}") from None
+    if p.suffix == ".py":
+        raw = _load_python_registry(p)
+    else:
+        try:
+            with open(p, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"endpoints file {str(p)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"endpoints file {str(p)!r} is not valid TOML: {exc}") from None
     registry: dict[str, list[Endpoint]] = {}
     for alias, value in raw.items():
         entries: list[Any] = value if isinstance(value, list) else [value]
@@ -108,6 +122,28 @@ def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
             )
             raise ConfigError(f"endpoints file {str(p)!r}: alias {alias!r}: {problems}") from None
     return registry
+
+
+def _load_python_registry(p: Path) -> dict[str, Any]:
+    """The ``ENDPOINTS`` dict of a 0.1.x ``endpoints.py`` (executed as a module, as 0.1.x did)."""
+    import importlib.util
+
+    if not p.is_file():
+        raise ConfigError(f"endpoints file {str(p)!r} does not exist")
+    spec = importlib.util.spec_from_file_location(f"_vf_endpoints_{abs(hash(str(p)))}", p)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"endpoints file {str(p)!r} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"endpoints file {str(p)!r} failed to run: {type(exc).__name__}: {exc}") from exc
+    endpoints = getattr(module, "ENDPOINTS", None)
+    if not isinstance(endpoints, dict):
+        raise ConfigError(
+            f"endpoints file {str(p)!r} must define ENDPOINTS = {{alias: {{'model': ..., 'url': ..., 'key': ...}}}}"
+        )
+    return endpoints
 
 
 def resolve_endpoints(
