@@ -111,7 +111,7 @@ async def test_list_env_response_sync_hooks_max_turns(server: ScriptedServer, cl
     assert seen_states[0] is r.state
     assert [m["role"] for m in r.completion] == ["assistant", "user"] * 2 + ["assistant"]
     assert r.completion[1]["content"] == "more 101"
-    assert r.completion[-1]["content"] == "more 103"
+    assert r.completion[-2]["content"] == "more 102"
 
 
 async def test_single_message_dict_and_new_state_dict(server: ScriptedServer, client) -> None:
