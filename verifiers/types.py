@@ -224,12 +224,12 @@ class RolloutScores(BaseModel):
 class ProcessedOutputs(BaseModel):
     """Token-level training batch as 0.1.x's ``process_env_results`` produced it."""
 
-    prompt_ids: list[list[int]]
-    prompt_mask: list[list[int]]
-    completion_ids: list[list[int]]
-    completion_mask: list[list[int]]
-    completion_logprobs: list[list[float]]
-    rewards: list[float]
+    prompt_ids: list[list[int]] = Field(default_factory=list)
+    prompt_mask: list[list[int]] = Field(default_factory=list)
+    completion_ids: list[list[int]] = Field(default_factory=list)
+    completion_mask: list[list[int]] = Field(default_factory=list)
+    completion_logprobs: list[list[float]] = Field(default_factory=list)
+    rewards: list[float] = Field(default_factory=list)
 
 
 class Endpoint(TypedDict):

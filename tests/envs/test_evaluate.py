@@ -110,8 +110,9 @@ async def test_rollouts_per_example_makes_groups(server: ScriptedServer, client,
     env = make_env(rows, exact_match)
     out = await env.a_evaluate(client, "m", rollouts_per_example=3)
     check_shape(out, 9)
-    assert out.example_id == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert [r.rollout_index for r in out.results] == [0, 1, 2] * 3
+    # 0.1.x order: the dataset repeated (a,b,c,a,b,c); groups are tied by group_id, not position.
+    assert out.example_id == [0, 1, 2] * 3
+    assert [r.rollout_index for r in out.results] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     groups = {}
     for r in out.results:
         groups.setdefault(r.group_id, set()).add(r.example_id)

@@ -104,15 +104,14 @@ async def test_list_env_response_sync_hooks_max_turns(server: ScriptedServer, cl
     assert r.stop_reason == "max_turns"
     assert r.turns == 3 == r.state["turn"]
     assert server.n_requests == 3
-    # The environment answers every model turn, also the last allowed one (its verdict on
-    # the final move is part of the transcript), but no fourth model call is made.
-    assert r.state["counter"] == 103
-    assert r.metrics["counter_metric"] == 103.0
+    # As in 0.1.x the environment does not answer the last allowed turn: two env responses.
+    assert r.state["counter"] == 102
+    assert r.metrics["counter_metric"] == 102.0
     assert r.reward == 0.0
     assert seen_states[0] is r.state
-    assert [m["role"] for m in r.completion] == ["assistant", "user"] * 3
+    assert [m["role"] for m in r.completion] == ["assistant", "user"] * 2 + ["assistant"]
     assert r.completion[1]["content"] == "more 101"
-    assert r.completion[-1]["content"] == "more 103"
+    assert r.completion[-2]["content"] == "more 102"
 
 
 async def test_single_message_dict_and_new_state_dict(server: ScriptedServer, client) -> None:
@@ -198,7 +197,7 @@ async def test_completion_mode_multiturn(server: ScriptedServer, client, style: 
     out = await env.a_evaluate(client, "m")
     r = out.results[0]
     assert r.error is None
-    assert r.completion == "<model>\n[env 1]\n<model>\n[env 2]\n"
+    assert r.completion == "<model>\n[env 1]\n<model>"  # no env response after the last turn
     assert server.requests[-1]["prompt"] == "Story:<model>\n[env 1]\n"
 
 

@@ -165,7 +165,7 @@ async def test_custom_error_formatter(server: ScriptedServer, client) -> None:
         dataset=DATA, tools=[explode], error_formatter=lambda e: f"TOOL FAILED <{type(e).__name__}>"
     )
     out = await env.a_evaluate(client, "m")
-    assert out.results[0].completion[1]["content"] == "TOOL FAILED <ToolExecutionError>"
+    assert out.results[0].completion[1]["content"] == "TOOL FAILED <ValueError>"  # the tool's own exception
 
 
 async def test_max_turns_with_endless_tool_calls(server: ScriptedServer, client) -> None:

@@ -107,7 +107,7 @@ async def test_judge_custom_prompt(server: ScriptedServer, make_server, make_cli
     judge_server = make_server(ServerScript(replies=[ScriptedReply(content="yes")]))
     rubric = vf.JudgeRubric(
         judge_client=make_client(judge_server.base_url),
-        judge_prompt="Q={question} A={answer} R={response} {other}",
+        judge_prompt="Q={question} A={answer} R={response} {{other}}",  # str.format: {{ }} are literal
         funcs=[judge_correct],
     )
     env = vf.SingleTurnEnv(dataset=[{"question": "what", "answer": "42"}], rubric=rubric)

@@ -42,9 +42,9 @@ async def test_plural_parameters_make_a_group_function(server: ScriptedServer, c
         assert [c[-1]["content"] for c in call["completions"]] == [expected_text] * 3
         assert len({id(s) for s in call["states"]}) == 3
     # Group scores land on the right rollouts (by rollout index) and add to the reward.
-    assert out.metrics["relative"] == [0.0, 1.0, 2.0] * 2
+    assert out.metrics["relative"] == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]  # dataset repeated: a,b,a,b,a,b
     assert out.metrics["per_rollout"] == [10.0] * 6
-    assert out.reward == [10.0, 11.0, 12.0] * 2
+    assert out.reward == [10.0, 10.0, 11.0, 11.0, 12.0, 12.0]
 
 
 async def test_group_reward_decorator(server: ScriptedServer, client) -> None:
@@ -140,8 +140,8 @@ async def test_rubric_group_sums_rewards_and_merges_metrics(server: ScriptedServ
     assert set(out.metrics) == {"correct", "length", "rank", "crash"}
     assert out.metrics["correct"] == [1.0] * 4
     assert out.metrics["length"] == [3.0, 3.0, 3.0, 3.0]
-    assert out.metrics["rank"] == [0.0, 0.1, 0.0, 0.1]
-    assert out.reward == [pytest.approx(v) for v in (2.5, 2.6, 2.5, 2.6)]
+    assert out.metrics["rank"] == [0.0, 0.0, 0.1, 0.1]
+    assert out.reward == [pytest.approx(v) for v in (2.5, 2.5, 2.6, 2.6)]
     assert all([e.where for e in r.scoring_errors] == ["reward:crash"] for r in out.results)
 
 

@@ -185,28 +185,29 @@ async def test_optional_argument_with_default_is_not_required() -> None:
     assert score.reward == 2.0
 
 
-def test_duplicate_names_rejected() -> None:
+async def test_duplicate_names_accepted_as_in_0_1() -> None:
     def f(completion) -> float:
         return 1.0
 
-    with pytest.raises(vf.ConfigError, match="'f'"):
-        vf.Rubric(funcs=[f, f])
-    rubric = vf.Rubric(funcs=[f])
-    with pytest.raises(vf.ConfigError, match="already"):
-        rubric.add_reward_func(f, 0.5)
+    rubric = vf.Rubric(funcs=[f, f])
+    rubric.add_reward_func(f, 0.5)
+    score = await rubric.score_rollout(prompt=[], completion=[])
+    assert score.reward == 2.5  # every copy counts in the reward
+    assert score.metrics == {"f": 1.0}
 
 
-def test_mismatched_weights_is_config_error() -> None:
+async def test_mismatched_weights_pair_by_position() -> None:
     def f(completion) -> float:
         return 1.0
 
     def g(completion) -> float:
-        return 1.0
+        return 2.0
 
-    with pytest.raises(vf.ConfigError, match="2 reward functions but 1 weights"):
-        vf.Rubric(funcs=[f, g], weights=[1.0])
-    with pytest.raises(vf.ConfigError):
-        vf.Rubric(funcs=[f], weights=[1.0, 2.0])
+    short = vf.Rubric(funcs=[f, g], weights=[3.0])  # g has no weight: a metric only
+    score = await short.score_rollout(prompt=[], completion=[])
+    assert score.reward == 3.0 and score.metrics == {"f": 1.0, "g": 2.0}
+    long = vf.Rubric(funcs=[f], weights=[1.0, 2.0])  # the extra weight is unused
+    assert (await long.score_rollout(prompt=[], completion=[])).reward == 1.0
 
 
 def test_non_callable_reward_func_is_config_error() -> None:
@@ -249,4 +250,5 @@ async def test_score_rollouts_legacy_entry_point() -> None:
     scores = await rubric.score_rollouts(
         prompts=[[], []], completions=completions, answers=["a", "a"], states=[{}, {}]
     )
-    assert [s.reward for s in scores] == [1.0, 0.0]
+    assert scores.reward == [1.0, 0.0]
+    assert scores.metrics == {"correct": [1.0, 0.0]}

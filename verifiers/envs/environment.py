@@ -17,6 +17,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from verifiers.compat.env_adapters import (
+    GenerateInputs,
+    ProcessedOutputs,
+    generate_inputs_to_columns,
+    process_results_from_tokens,
+    results_to_dataset,
+    set_legacy_attributes,
+)
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
 from verifiers.rollout.inputs import RolloutInput
@@ -35,8 +43,6 @@ from verifiers.types import (
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Keyword arguments that 0.1.x environments pass to the base class and that have no effect here.
-_ACCEPTED_LEGACY_KWARGS = {"max_workers", "env_id", "env_args", "map_kwargs", "max_seq_len", "interleaved_rollouts"}
 
 
 def _clean_message(m: Mapping[str, Any]) -> Message:
@@ -120,11 +126,9 @@ class Environment(ABC):
         max_concurrent: int = -1,
         oai_tools: list[dict[str, Any]] | None = None,
         rollout_timeout_s: float | None = None,
+        env_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        unknown = set(kwargs) - _ACCEPTED_LEGACY_KWARGS
-        if unknown:
-            logger.warning("%s ignores unknown arguments: %s", type(self).__name__, sorted(unknown))
         if message_type not in ("chat", "completion"):
             raise ConfigError(f"message_type must be 'chat' or 'completion', got {message_type!r}")
         if dataset is None and eval_dataset is None:
@@ -136,13 +140,27 @@ class Environment(ABC):
         self.few_shot = list(few_shot or [])
         self.parser = parser if parser is not None else Parser()
         self.rubric = rubric if rubric is not None else Rubric(parser=self.parser)
-        self.sampling_args: SamplingArgs = dict(sampling_args or {})
+        self.sampling_args: SamplingArgs = self._initial_sampling_args(sampling_args)
         self.max_concurrent = max_concurrent
-        self.oai_tools = oai_tools
+        if oai_tools is not None or not hasattr(self, "oai_tools"):
+            self.oai_tools = oai_tools
         self.rollout_timeout_s = rollout_timeout_s
-        self.env_id: str | None = kwargs.get("env_id")
+        self.env_id = env_id
         self.dataset = self._format_dataset(dataset) if dataset is not None else None
         self.eval_dataset = self._format_dataset(eval_dataset) if eval_dataset is not None else None
+        # 0.1.x stored every extra keyword as an attribute and environments read them back.
+        set_legacy_attributes(self, kwargs)
+
+    @staticmethod
+    def _initial_sampling_args(sampling_args: SamplingArgs | None) -> SamplingArgs:
+        """0.1.x defaults (``n=1``, ``extra_body={}``) with the given args on top, extra_body merged."""
+        merged: SamplingArgs = {"n": 1, "extra_body": {}}
+        for key, value in (sampling_args or {}).items():
+            if key == "extra_body":
+                merged["extra_body"].update(value or {})
+            else:
+                merged[key] = value
+        return merged
 
     # -- datasets ---------------------------------------------------------------------------
     def format_prompt(
@@ -198,14 +216,26 @@ class Environment(ABC):
         return _FormattedDataset(rows, data)
 
     def get_dataset(self, n: int = -1, seed: int | None = None) -> Any:
+        """The first ``n`` training rows (all for ``n <= 0``), shuffled by ``seed`` first if given.
+
+        A ``datasets.Dataset`` with the formatted columns (``prompt``, ``answer``, ``task``,
+        ``info`` as JSON text, ``example_id``, ``id``, plus the dataset's own columns).
+        """
         if self.dataset is None:
             raise ConfigError(f"{type(self).__name__} has no training dataset (only eval_dataset)")
-        return self.dataset.subset(n, seed)
+        return self.dataset.subset(n, seed).as_hf()
 
     def get_eval_dataset(self, n: int = -1, seed: int | None = None) -> Any:
+        """As `get_dataset`, from the eval split (or the training split when there is none)."""
         if self.eval_dataset is None:
             return self.get_dataset(n, seed)
-        return self.eval_dataset.subset(n, seed)
+        return self.eval_dataset.subset(n, seed).as_hf()
+
+    def get_reward_funcs(self) -> list[Any]:
+        return self.rubric.get_reward_funcs()
+
+    def get_reward_weights(self) -> list[float]:
+        return self.rubric.get_reward_weights()
 
     # -- rollouts ---------------------------------------------------------------------------
     @abstractmethod
@@ -238,26 +268,49 @@ class Environment(ABC):
 
     @staticmethod
     def build_inputs(
-        rows: Sequence[Mapping[str, Any]], rollouts_per_example: int = 1, first_group_id: int = 0
+        rows: Sequence[Mapping[str, Any]],
+        rollouts_per_example: int = 1,
+        first_group_id: int = 0,
+        dataset_order: bool = False,
     ) -> list[RolloutInput]:
-        """One group of ``rollouts_per_example`` samples per row, with fresh group ids."""
+        """One group of ``rollouts_per_example`` samples per row, with fresh group ids.
+
+        Samples of a group are adjacent (a,a,b,b); ``dataset_order=True`` repeats the
+        whole dataset instead (a,b,a,b), the order 0.1.x's ``evaluate`` returned.
+        """
         if rollouts_per_example < 1:
             raise ConfigError(f"rollouts_per_example must be >= 1, got {rollouts_per_example}")
+        pairs = (
+            [(g, r) for r in range(rollouts_per_example) for g in range(len(rows))]
+            if dataset_order
+            else [(g, r) for g in range(len(rows)) for r in range(rollouts_per_example)]
+        )
         inputs = []
-        for g, row in enumerate(rows):
-            for r in range(rollouts_per_example):
-                inputs.append(
-                    RolloutInput(
-                        example_id=int(row.get("example_id", g)),
-                        prompt=row["prompt"],
-                        answer=row.get("answer", "") or "",
-                        task=row.get("task") or "default",
-                        info=row.get("info") or {},
-                        group_id=first_group_id + g,
-                        rollout_index=r,
-                    )
+        for g, r in pairs:
+            row = rows[g]
+            inputs.append(
+                RolloutInput(
+                    example_id=int(row.get("example_id", g)),
+                    prompt=row["prompt"],
+                    answer=row.get("answer", "") or "",
+                    task=row.get("task") or "default",
+                    info=row.get("info") or {},
+                    group_id=first_group_id + g,
+                    rollout_index=r,
                 )
+            )
         return inputs
+
+    def _input_rows(self, inputs: Any) -> list[dict[str, Any]]:
+        """Formatted rows from a datasets.Dataset, a dict of columns, GenerateInputs or a list of rows."""
+        rows = getattr(inputs, "_vf_rows", None)  # our own get_dataset output: already formatted
+        if rows is None and isinstance(inputs, _FormattedDataset):
+            rows = inputs.rows
+        if rows is not None:
+            return rows
+        if isinstance(inputs, GenerateInputs):
+            inputs = generate_inputs_to_columns(inputs)
+        return [self._format_row(r, i) for i, r in enumerate(_to_rows(inputs))]
 
     async def a_generate(
         self,
@@ -265,27 +318,38 @@ class Environment(ABC):
         client: Any,
         model: str,
         sampling_args: SamplingArgs | None = None,
-        max_concurrent: int | None = None,
         score_rollouts: bool = True,
+        max_concurrent: int | None = None,
+        max_concurrent_generation: int | None = None,
+        max_concurrent_scoring: int | None = None,
+        interleave_scoring: bool = True,
+        *,
         rollouts_per_example: int = 1,
         rollout_timeout_s: float | None = None,
         on_group: Callable[[list[RolloutResult]], Any] | None = None,
         on_rollout: Callable[[RolloutResult], Any] | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
-        """Run rollouts for ``inputs`` (rows with prompt or question, answer, task, info)."""
+        """Run rollouts for ``inputs`` (rows with prompt or question, answer, task, info).
+
+        ``inputs`` may be a ``datasets.Dataset``, a dict of columns, a `GenerateInputs`
+        or a list of row dicts. Rollouts come back in input order, the dataset repeated
+        ``rollouts_per_example`` times (a,b,a,b). ``max_concurrent_generation`` bounds
+        concurrent rollouts (scoring is interleaved with generation and needs no own
+        bound); ``max_concurrent_scoring`` and ``interleave_scoring`` are accepted for
+        0.1.x callers.
+        """
         from verifiers.rollout.runner import run_rollouts
 
-        rows = inputs.rows if isinstance(inputs, _FormattedDataset) else [
-            self._format_row(r, i) for i, r in enumerate(_to_rows(inputs))
-        ]
+        rows = self._input_rows(inputs)
+        limit = max_concurrent_generation if max_concurrent_generation is not None else max_concurrent
         results = await run_rollouts(
             self,
             client,
             model,
-            self.build_inputs(rows, rollouts_per_example),
+            self.build_inputs(rows, rollouts_per_example, dataset_order=True),
             sampling_args=sampling_args,
-            max_concurrent=self.max_concurrent if max_concurrent is None else max_concurrent,
+            max_concurrent=self.max_concurrent if limit is None else limit,
             rollout_timeout_s=self.rollout_timeout_s if rollout_timeout_s is None else rollout_timeout_s,
             score=score_rollouts,
             on_group=on_group,
@@ -293,9 +357,17 @@ class Environment(ABC):
         )
         return GenerateOutputs.from_results(results)
 
-    def generate(self, inputs: Any, client: Any, model: str, **kwargs: Any) -> GenerateOutputs:
-        """Sync wrapper of `a_generate` for scripts and notebooks."""
-        return run_sync(self.a_generate(inputs, client, model, **kwargs))
+    def generate(
+        self,
+        inputs: Any,
+        client: Any,
+        model: str,
+        sampling_args: SamplingArgs | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> GenerateOutputs:
+        """Sync wrapper of `a_generate` for scripts and notebooks (same arguments)."""
+        return run_sync(self.a_generate(inputs, client, model, sampling_args, *args, **kwargs))
 
     async def a_evaluate(
         self,
@@ -304,23 +376,85 @@ class Environment(ABC):
         sampling_args: SamplingArgs | None = None,
         num_examples: int = -1,
         rollouts_per_example: int = 1,
+        score_rollouts: bool = True,
         max_concurrent: int | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
-        data = self.get_eval_dataset(num_examples)
+        data = self._eval_rows(num_examples)
         return await self.a_generate(
             data,
             client,
             model,
             sampling_args=sampling_args,
+            score_rollouts=score_rollouts,
             max_concurrent=max_concurrent,
             rollouts_per_example=rollouts_per_example,
             **kwargs,
         )
 
-    def evaluate(self, client: Any, model: str, **kwargs: Any) -> GenerateOutputs:
-        """Evaluate on the eval split (or the training split when there is none)."""
-        return run_sync(self.a_evaluate(client, model, **kwargs))
+    def _eval_rows(self, n: int = -1) -> _FormattedDataset:
+        data = self.eval_dataset if self.eval_dataset is not None else self.dataset
+        if data is None:
+            raise ConfigError(f"{type(self).__name__} has no dataset")
+        return data.subset(n)
+
+    def evaluate(self, client: Any, model: str, *args: Any, **kwargs: Any) -> GenerateOutputs:
+        """Evaluate on the eval split (or the training split when there is none); arguments as `a_evaluate`."""
+        return run_sync(self.a_evaluate(client, model, *args, **kwargs))
+
+    # -- 0.1.x helpers for datasets and training ------------------------------------------------
+    def make_dataset(
+        self,
+        results: GenerateOutputs,
+        rollouts_per_example: int = 1,
+        push_to_hf_hub: bool = False,
+        hub_name: str | None = None,
+        state_columns: list[str] | None = None,
+        push_to_hub: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Results as a ``datasets.Dataset`` (0.1.x columns: prompt, completion, answer, task,
+        reward, average_reward, info, one column per metric, chosen state columns)."""
+        push = push_to_hf_hub if push_to_hub is None else push_to_hub
+        if push and hub_name is None:
+            raise ConfigError("make_dataset: hub_name is required to push to the Hugging Face Hub")
+        dataset = results_to_dataset(results, rollouts_per_example, state_columns)
+        if push:
+            dataset.push_to_hub(hub_name)
+        return dataset
+
+    def process_env_results_vllm(
+        self,
+        prompts: list[Messages],
+        completions: list[Messages],
+        states: list[State],
+        rewards: list[float],
+        processing_class: Any = None,
+        max_seq_len: int = -1,
+        mask_env_responses: bool = False,
+        mask_truncated_completions: bool = False,
+        zero_truncated_completions: bool = False,
+    ) -> ProcessedOutputs:
+        """Token ids, masks and logprobs per rollout (0.1.x), from the ids the server returned.
+
+        Nothing is re-tokenised (``processing_class`` is accepted and unused): each
+        rollout's ``state["tokens"]`` holds, per model call, the prompt ids the server
+        saw and the ids it sampled, which is exact where re-applying a chat template
+        is not. Rollouts need those ids: request them with
+        ``sampling_args={"logprobs": True, "extra_body": {"return_token_ids": True}}``.
+        """
+        if not (len(prompts) == len(completions) == len(states) == len(rewards)):
+            raise ConfigError("process_env_results_vllm: prompts, completions, states and rewards differ in length")
+        return process_results_from_tokens(
+            states,
+            rewards,
+            max_seq_len=max_seq_len,
+            mask_env_responses=mask_env_responses,
+            mask_truncated_completions=mask_truncated_completions,
+            zero_truncated_completions=zero_truncated_completions,
+        )
+
+    process_env_results = process_env_results_vllm
 
 
 class _FormattedDataset:
@@ -356,14 +490,19 @@ class _FormattedDataset:
     @property
     def hf(self) -> Any:
         if self._hf is None:
-            from datasets import Dataset
-
-            rows = [{**r, "info": json.dumps(r["info"])} for r in self.rows]
-            self._hf = Dataset.from_list(rows)
+            self._hf = _rows_dataset(self.rows)
         return self._hf
 
     def to_list(self) -> list[dict[str, Any]]:
         return list(self.rows)
+
+    def as_hf(self) -> Any:
+        """A ``datasets.Dataset`` of these rows that also hands our callers the formatted rows."""
+        try:
+            return _rows_dataset(self.rows)
+        except Exception as exc:  # Arrow cannot store some rows (e.g. mixed content types)
+            logger.warning("dataset rows cannot be stored as a datasets.Dataset (%s); returning plain rows", exc)
+            return self
 
     def subset(self, n: int = -1, seed: int | None = None) -> _FormattedDataset:
         rows = self.rows
@@ -380,3 +519,39 @@ class _FormattedDataset:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.hf, name)
+
+
+_ROWS_DATASET_CLASS: Any = None
+
+
+def _rows_dataset(rows: list[dict[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` subclass instance over ``rows`` (``info`` stored as JSON text).
+
+    It is a real HF dataset for users (``select``, ``map``, ``to_pandas``...), and it
+    keeps the formatted rows so that passing it back to ``generate``, the eval runner or
+    the trainer needs no Arrow round trip (``to_list`` returns them, info as dicts).
+    """
+    global _ROWS_DATASET_CLASS
+    from datasets import Dataset
+
+    if _ROWS_DATASET_CLASS is None:
+
+        class FormattedDataset(Dataset):
+            @property
+            def rows(self) -> list[dict[str, Any]]:
+                kept = self.__dict__.get("_vf_rows")
+                return kept if kept is not None else Dataset.to_list(self)
+
+            @property
+            def hf(self) -> Any:
+                return self
+
+            def to_list(self) -> list[dict[str, Any]]:
+                return list(self.rows)
+
+        _ROWS_DATASET_CLASS = FormattedDataset
+    arrow_rows = [{**r, "id": r.get("id", r["example_id"]), "info": json.dumps(r["info"])} for r in rows]
+    base = Dataset.from_list(arrow_rows)
+    out = _ROWS_DATASET_CLASS(base.data, info=base.info, split=base.split, fingerprint=base._fingerprint)
+    out.__dict__["_vf_rows"] = rows
+    return out

@@ -2,18 +2,22 @@
 
 Hooks may be sync or async. ``env_response`` may return ``(messages, state)``
 (2025 style), a list of messages (later style), one message dict, or a string
-in completion mode. The loop checks ``is_completed`` after the environment's
-message too, so a game can end on its own final feedback, which the rubric
-then sees in the completion.
+in completion mode. ``is_completed`` is checked before every model turn (so a
+game can end on its own final feedback, which the rubric then sees in the
+completion) and right after it; once the model's turn ends the episode (by
+``is_completed`` or ``max_turns``) the environment does not answer it.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from abc import abstractmethod
 from typing import Any
 
 from verifiers.clients.openai_client import ChatClient, as_chat_client, get_model_response
+from verifiers.compat.responses import ResponseView
+from verifiers.compat.tool_calls import as_tool_calls
 from verifiers.envs.environment import Environment
 from verifiers.errors import EnvError, OverlongPromptError
 from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage
@@ -39,7 +43,14 @@ def _normalise_env_response(value: Any, state: State, completion_mode: bool) -> 
 
 
 class MultiTurnEnv(Environment):
-    def __init__(self, max_turns: int = 10, **kwargs: Any) -> None:
+    """Alternate model turns and environment responses until the episode ends.
+
+    ``max_turns`` counts model calls; ``-1`` (the default, as in 0.1.x) or ``0`` means
+    no limit. The episode ends, without a further environment response, as soon as
+    `is_completed` says so or the model has used its last allowed turn.
+    """
+
+    def __init__(self, max_turns: int = -1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_turns = max_turns
 
@@ -48,9 +59,22 @@ class MultiTurnEnv(Environment):
         """Prepare per-rollout state (e.g. create a game or a sandbox). Return the state."""
         return state
 
+    async def max_turns_reached(self, state: State) -> bool:
+        """Has the model used all ``max_turns`` turns? (Always False without a limit.)"""
+        return self.max_turns > 0 and state["turn"] >= self.max_turns
+
+    async def prompt_too_long(self, state: State) -> bool:
+        return bool(state.get("prompt_too_long", False))
+
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
-        """Is the episode over? Called before every model turn and after it."""
-        return False
+        """Is the episode over? Checked before every model turn and right after it.
+
+        The default ends at the turn limit; overrides may call ``self.max_turns_reached(state)``
+        (the limit is enforced either way).
+        """
+        return bool(await maybe_await(self.max_turns_reached(state))) or bool(
+            await maybe_await(self.prompt_too_long(state))
+        )
 
     @abstractmethod
     async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Any:
@@ -62,6 +86,7 @@ class MultiTurnEnv(Environment):
     ) -> State:
         state = state if state is not None else {}
         state.update(
+            id=state.get("example_id", 0),
             prompt=prompt,
             completion=[] if isinstance(prompt, list) else "",
             answer=answer,
@@ -73,7 +98,10 @@ class MultiTurnEnv(Environment):
             usage=Usage(),
             stop_reason=None,
             is_truncated=False,
+            timing={"generation_ms": 0.0, "scoring_ms": 0.0, "total_ms": 0.0},
         )
+        if isinstance(prompt, str):
+            state["responses_start_idx"] = []
         return state
 
     async def get_model_response(
@@ -86,6 +114,9 @@ class MultiTurnEnv(Environment):
     ) -> Any:
         tools = self.oai_tools if self.message_type == "chat" else None
         return await get_model_response(client, model, prompt, tools=tools, sampling_args=sampling_args)
+
+    async def _end_reason(self, state: State) -> str:
+        return "max_turns" if await maybe_await(self.max_turns_reached(state)) else "completed"
 
     async def rollout(
         self,
@@ -103,6 +134,7 @@ class MultiTurnEnv(Environment):
         args = self.merge_sampling_args(sampling_args)
         completion_mode = isinstance(prompt, str)
         state = self.init_state(prompt, answer, task, info, state)
+        started = time.perf_counter()
         new_state = await maybe_await(self.setup_state(state, **kwargs))
         if isinstance(new_state, dict) and new_state is not state:
             state.update(new_state)
@@ -112,38 +144,50 @@ class MultiTurnEnv(Environment):
         def record(stop: str) -> tuple[Messages, State]:
             state["stop_reason"] = stop
             state["completion"] = completion
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            state["timing"]["generation_ms"] = elapsed_ms
+            state["timing"]["total_ms"] = elapsed_ms
             return completion, state
 
-        if await maybe_await(self.is_completed(messages, state, **kwargs)):
-            return record("completed")  # setup_state may already have ended the episode
         while True:
-            if 0 < self.max_turns <= state["turn"]:
+            # Checked before each model turn: setup_state or the last env response may end it.
+            if await maybe_await(self.is_completed(messages, state, **kwargs)):
+                return record(await self._end_reason(state))
+            if await maybe_await(self.max_turns_reached(state)):
                 return record("max_turns")
             try:
                 response = await self.get_model_response(chat_client, model, messages, args)
             except OverlongPromptError:
                 state["is_truncated"] = True
+                state["prompt_too_long"] = True
                 return record("prompt_too_long")
             state["turn"] += 1
-            state["responses"].append(response)
+            state["responses"].append(ResponseView(response))
             state["usage"].add(response.usage)
             if response.tokens is not None:
                 state["tokens"].append(response.tokens)
             if completion_mode:
+                state["responses_start_idx"].append(len(completion))
                 messages += response.content or ""
                 completion += response.content or ""
             else:
                 msg = response.to_message()
+                if msg.get("content") is None:
+                    msg["content"] = ""  # 0.1.x: a tool-calls-only reply has empty-string content
+                if msg.get("tool_calls"):
+                    msg["tool_calls"] = as_tool_calls(msg["tool_calls"])
                 messages.append(msg)
                 completion.append(msg)
             state["completion"] = completion
             if response.is_truncated:
                 state["is_truncated"] = True
                 return record("length")
+            # The episode ends on the model's turn when is_completed says so or the turn
+            # budget is spent; the environment does not answer that turn (as in 0.1.x).
             if await maybe_await(self.is_completed(messages, state, **kwargs)):
-                return record("completed")
-            # The environment always answers the model's turn, also its last allowed one, so
-            # a game's verdict on the final move is part of the transcript.
+                return record(await self._end_reason(state))
+            if await maybe_await(self.max_turns_reached(state)):
+                return record("max_turns")
             env_msgs, state = _normalise_env_response(
                 await maybe_await(self.env_response(messages, state, **kwargs)), state, completion_mode
             )
@@ -154,5 +198,3 @@ class MultiTurnEnv(Environment):
                 messages.extend(env_msgs)
                 completion.extend(env_msgs)
             state["completion"] = completion
-            if await maybe_await(self.is_completed(messages, state, **kwargs)):
-                return record("completed")

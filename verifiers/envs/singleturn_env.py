@@ -9,10 +9,6 @@ from verifiers.types import Messages, State
 
 
 class SingleTurnEnv(MultiTurnEnv):
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.pop("max_turns", None)
-        super().__init__(max_turns=1, **kwargs)
-
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         return state["turn"] >= 1
 

@@ -1,11 +1,13 @@
 """ToolEnv: the model calls Python functions until it answers without a tool call.
 
 Each function becomes an OpenAI tool schema from its signature, type hints and
-Google-style docstring. Every failure of a call (malformed JSON arguments, an
-unknown tool, wrong arguments, an exception inside the tool, a timeout) is sent
-back to the model as that call's tool message, formatted by
-``error_formatter``, and counted in ``state["tool_errors"]``; it never ends the
-rollout.
+Google-style docstring. Results are sent as ``str(result)`` (as in 0.1.x). Every
+failure of a call (malformed JSON arguments, an unknown tool, wrong arguments,
+an exception inside the tool, a timeout) is sent back to the model as that
+call's tool message, formatted by ``error_formatter``, and counted in
+``state["tool_errors"]``; it never ends the rollout. The episode ends when the
+model answers without a tool call or has used ``max_turns`` turns; tools are not
+run after the last allowed turn.
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from verifiers.envs.multiturn_env import MultiTurnEnv
-from verifiers.errors import EnvError, ToolError
+from verifiers.errors import EnvError, ToolError, ToolExecutionError
 from verifiers.tools.execution import (
     call_tool,
     default_error_formatter,
-    format_tool_result,
     parse_arguments,
     parse_tool_call,
 )
@@ -66,6 +67,8 @@ class ToolEnv(MultiTurnEnv):
         self.oai_tools = [t for t in self.oai_tools or [] if t["function"]["name"] != name]
 
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
+        if await super().is_completed(messages, state, **kwargs):
+            return True
         if isinstance(messages, str) or not messages or state.get("turn", 0) == 0:
             return False
         last = messages[-1]
@@ -77,29 +80,51 @@ class ToolEnv(MultiTurnEnv):
         """Hook to change or add arguments before a call (`StatefulToolEnv` injects hidden ones)."""
         return tool_args
 
-    async def call_tool(self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str, **kwargs: Any) -> Message:
-        """Run one tool and return its tool message (0.1.x signature). Raises ToolError on failure."""
+    async def run_tool(self, tool_name: str, tool_args: dict[str, Any]) -> Any:
+        """Run one tool and return its raw result; raises a `ToolError` saying what went wrong."""
         hidden = {k: tool_args[k] for k in self.skipped_args.get(tool_name, ()) if k in tool_args}
         visible = {k: v for k, v in tool_args.items() if k not in hidden}
-        result = await call_tool(
+        return await call_tool(
             self.tool_map, tool_name, visible, timeout_s=self.tool_timeout_s, extra_args=hidden or None
         )
-        return {"role": "tool", "content": format_tool_result(result), "tool_call_id": tool_call_id}
+
+    def tool_error_message(self, exc: ToolError, tool_call_id: str, state: State | None) -> Message:
+        """The tool message for a failed call; the error is also counted in ``state["tool_errors"]``."""
+        if state is not None:
+            state.setdefault("tool_errors", []).append(RolloutError.from_exception(exc, where="tool"))
+        # A tool's own exception reaches error_formatter as itself (as in 0.1.x), not wrapped.
+        shown: Exception = exc
+        if isinstance(exc, ToolExecutionError) and isinstance(exc.__cause__, Exception):
+            shown = exc.__cause__
+        return {"role": "tool", "content": self.error_formatter(shown), "tool_call_id": tool_call_id}
+
+    async def call_tool(self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str, **kwargs: Any) -> Message:
+        """Run one tool and return its tool message (0.1.x signature and behaviour).
+
+        The result is sent as ``str(result)``. Failures (unknown tool, wrong arguments,
+        an exception in the tool, a timeout) never raise: they come back as the tool
+        message, formatted by ``error_formatter``, so the model can correct itself.
+        """
+        try:
+            result = await self.run_tool(tool_name, tool_args)
+        except ToolError as exc:
+            return self.tool_error_message(exc, tool_call_id, kwargs.get("state"))
+        return {"role": "tool", "content": str(result), "tool_call_id": tool_call_id}
 
     async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> list[Message]:
         if isinstance(messages, str):
             raise EnvError("ToolEnv needs message_type='chat'")
         out: list[Message] = []
         for tc in messages[-1].get("tool_calls") or []:
-            call_id = str(tc.get("id", "")) if isinstance(tc, dict) else ""
+            call_id = str(tc.get("id") or "") if isinstance(tc, dict) else str(getattr(tc, "id", "") or "")
             try:
                 call_id, name, raw = parse_tool_call(tc)
                 args = parse_arguments(name, raw)
                 args = await self.prepare_tool_args(name, args, messages, state, **kwargs)
-                out.append(await self.call_tool(name, args, call_id, state=state))
-            except ToolError as exc:
-                state.setdefault("tool_errors", []).append(RolloutError.from_exception(exc, where="tool"))
-                out.append({"role": "tool", "content": self.error_formatter(exc), "tool_call_id": call_id})
+            except ToolError as exc:  # malformed call: answered, never a crash
+                out.append(self.tool_error_message(exc, call_id, state))
+                continue
+            out.append(await self.call_tool(name, args, call_id, state=state))
         return out
 
 

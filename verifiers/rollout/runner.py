@@ -128,6 +128,10 @@ def _apply_score(r: RolloutResult, score: RolloutScore, seconds: float) -> None:
     r.scoring_errors = score.errors
     r.timing.scoring_s += seconds
     r.timing.total_s = r.timing.generation_s + r.timing.scoring_s
+    timing = r.state.get("timing")
+    if isinstance(timing, dict):  # the 0.1.x view of the same figures, in milliseconds
+        timing["scoring_ms"] = r.timing.scoring_s * 1000
+        timing["total_ms"] = r.timing.total_s * 1000
 
 
 async def run_rollouts(

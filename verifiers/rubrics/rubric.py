@@ -18,16 +18,22 @@ only: one bad function never loses a batch.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verifiers.compat.env_adapters import set_legacy_attributes
+from verifiers.compat.scores import RolloutScores
 from verifiers.errors import ConfigError, RubricError
 from verifiers.parsers.parser import Parser
 from verifiers.types import RolloutError, RolloutScore
 from verifiers.utils import callable_name, maybe_await
+
+logger = logging.getLogger(__name__)
 
 RewardFunc = Callable[..., Any]
 
@@ -40,18 +46,18 @@ def group_reward(fn: RewardFunc) -> RewardFunc:
     return fn
 
 
-@dataclass(slots=True)
-class _Func:
-    fn: RewardFunc
+@dataclass(slots=True, frozen=True)
+class _Sig:
+    """What a reward function asks for, read once per function object."""
+
     name: str
-    weight: float
     params: frozenset[str]
     required: frozenset[str]
     var_kw: bool
     is_group: bool
 
     @classmethod
-    def wrap(cls, fn: RewardFunc, weight: float) -> _Func:
+    def of(cls, fn: RewardFunc) -> _Sig:
         if not callable(fn):
             raise ConfigError(f"reward function {fn!r} is not callable")
         try:
@@ -69,7 +75,7 @@ class _Func:
                 if p.default is p.empty:
                     required.add(p.name)
         is_group = bool(getattr(fn, "__vf_group__", False)) or bool(params & _PLURAL)
-        return cls(fn, callable_name(fn), float(weight), frozenset(params), frozenset(required), var_kw, is_group)
+        return cls(callable_name(fn), frozenset(params), frozenset(required), var_kw, is_group)
 
     def select(self, available: dict[str, Any]) -> dict[str, Any]:
         if self.var_kw:
@@ -96,8 +102,17 @@ def _as_score(name: str, value: Any) -> float:
 class Rubric:
     """Weighted reward functions. ``reward = Σ weight·score``; every function is also a metric.
 
+    ``reward_funcs`` and ``reward_weights`` are plain, public lists, read at scoring
+    time: 0.1.x environments append to them, replace them and set weights by index
+    after construction. Weights pair with functions by position; a function without
+    a weight (a shorter weight list) is reported as a metric but adds nothing to the
+    reward, and an empty weight list means weight 1 for every function (both as in
+    0.1.x). Two functions may share a name; the later one's score is the metric.
+
     Extra keyword arguments are named objects handed to reward functions that ask
-    for them by name (e.g. ``Rubric(funcs=[f], tokenizer=tok)`` → ``def f(completion, tokenizer)``).
+    for them by name (e.g. ``Rubric(funcs=[f], tokenizer=tok)`` → ``def f(completion, tokenizer)``);
+    as in 0.1.x they are also set as attributes of the rubric, unless that would
+    shadow one of the rubric's own attributes or methods (then a warning is logged).
     """
 
     def __init__(
@@ -105,37 +120,55 @@ class Rubric:
         funcs: Sequence[RewardFunc] | None = None,
         weights: Sequence[float] | None = None,
         parser: Parser | None = None,
+        parallelize_scoring: bool = True,
         **class_objects: Any,
     ) -> None:
-        funcs = list(funcs or [])
-        weights = list(weights) if weights is not None else [1.0] * len(funcs)
-        if len(weights) != len(funcs):
-            raise ConfigError(
-                f"Rubric got {len(funcs)} reward functions but {len(weights)} weights; give one weight per function"
-            )
+        self._sigs: dict[Any, _Sig] = {}
+        self.reward_funcs: list[RewardFunc] = list(funcs or [])
+        self.reward_weights: list[float] = [float(w) for w in weights] if weights else []
+        if not self.reward_weights:
+            self.reward_weights = [1.0] * len(self.reward_funcs)
+        for f in self.reward_funcs:
+            self._sig(f)  # a function that cannot be called is a construction error, not a zero later
         self.parser = parser if parser is not None else Parser()
+        self.parallelize_scoring = parallelize_scoring
         self.class_objects: dict[str, Any] = {**class_objects, "parser": self.parser}
-        self._funcs: list[_Func] = []
-        for f, w in zip(funcs, weights, strict=True):
-            self.add_reward_func(f, w)
+        set_legacy_attributes(self, class_objects)
+
+    def _sig(self, fn: RewardFunc) -> _Sig:
+        try:
+            sig = self._sigs.get(fn)
+        except TypeError:  # unhashable callable
+            return _Sig.of(fn)
+        if sig is None:
+            sig = self._sigs[fn] = _Sig.of(fn)
+        return sig
+
+    def _weighted(self) -> list[tuple[RewardFunc, _Sig, float | None]]:
+        """The live lists, paired by position (``None``: no weight given, metric only)."""
+        funcs, weights = self.reward_funcs, self.reward_weights
+        if len(weights) != len(funcs) and not getattr(self, "_warned_weights", False):
+            self._warned_weights = True
+            logger.warning(
+                "%s has %d reward functions and %d weights; weights pair with functions by position, "
+                "functions without one count as metrics only",
+                type(self).__name__,
+                len(funcs),
+                len(weights),
+            )
+        return [(f, self._sig(f), float(weights[i]) if i < len(weights) else None) for i, f in enumerate(funcs)]
 
     # -- registration ---------------------------------------------------------------------
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
-        wrapped = _Func.wrap(func, weight)
-        if wrapped.name in self.get_reward_func_names():
-            raise ConfigError(f"a reward function named {wrapped.name!r} is already on this rubric; rename one")
-        self._funcs.append(wrapped)
+        self._sig(func)
+        self.reward_funcs.append(func)
+        self.reward_weights.append(float(weight))
+
+    def add_metric(self, func: RewardFunc, weight: float = 0.0) -> None:
+        self.add_reward_func(func, weight)
 
     def add_class_object(self, name: str, obj: Any) -> None:
         self.class_objects[name] = obj
-
-    @property
-    def reward_funcs(self) -> list[RewardFunc]:
-        return [f.fn for f in self._funcs]
-
-    @property
-    def reward_weights(self) -> list[float]:
-        return [f.weight for f in self._funcs]
 
     def get_reward_funcs(self) -> list[RewardFunc]:
         return self.reward_funcs
@@ -144,13 +177,55 @@ class Rubric:
         return self.reward_weights
 
     def get_reward_func_names(self) -> list[str]:
-        return [f.name for f in self._funcs]
+        return [callable_name(f) for f in self.reward_funcs]
 
     @property
     def has_group_funcs(self) -> bool:
-        return any(f.is_group for f in self._funcs)
+        return any(self._sig(f).is_group for f in self.reward_funcs)
 
     # -- scoring ----------------------------------------------------------------------------
+    async def call_reward_func(
+        self,
+        func: RewardFunc,
+        prompt: Any,
+        completion: Any,
+        answer: Any = "",
+        state: dict[str, Any] | None = None,
+        task: str = "default",
+        info: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> float:
+        """Call one reward function with the arguments it asks for (0.1.x entry point).
+
+        Raises when the function fails; `score_rollout` records such failures instead.
+        """
+        available = self._available(prompt, completion, answer, state, task, info, None, kwargs)
+        sig = self._sig(func)
+        return _as_score(sig.name, await maybe_await(func(**sig.select(available))))
+
+    def _available(
+        self,
+        prompt: Any,
+        completion: Any,
+        answer: Any,
+        state: dict[str, Any] | None,
+        task: str,
+        info: dict[str, Any] | None,
+        example_id: int | None,
+        kwargs: dict[str, Any],
+    ) -> dict[str, Any]:
+        return {
+            **self.class_objects,
+            **kwargs,
+            "prompt": prompt,
+            "completion": completion,
+            "answer": answer,
+            "state": state if state is not None else {},
+            "task": task,
+            "info": info if info is not None else {},
+            "example_id": example_id,
+        }
+
     async def score_rollout(
         self,
         prompt: Any,
@@ -163,28 +238,27 @@ class Rubric:
         **kwargs: Any,
     ) -> RolloutScore:
         """Score one rollout with the per-rollout functions (group functions are skipped here)."""
-        available = {
-            **self.class_objects,
-            **kwargs,
-            "prompt": prompt,
-            "completion": completion,
-            "answer": answer,
-            "state": state if state is not None else {},
-            "task": task,
-            "info": info if info is not None else {},
-            "example_id": example_id,
-        }
-        out = RolloutScore()
-        for f in self._funcs:
-            if f.is_group:
-                continue
+        available = self._available(prompt, completion, answer, state, task, info, example_id, kwargs)
+        funcs = [(f, s, w) for f, s, w in self._weighted() if not s.is_group]
+
+        async def one(fn: RewardFunc, sig: _Sig) -> float | RolloutError:
             try:
-                score = _as_score(f.name, await maybe_await(f.fn(**f.select(available))))
+                return _as_score(sig.name, await maybe_await(fn(**sig.select(available))))
             except Exception as exc:
-                score = 0.0
-                out.errors.append(RolloutError.from_exception(exc, where=f"reward:{f.name}"))
-            out.metrics[f.name] = score
-            out.reward += f.weight * score
+                return RolloutError.from_exception(exc, where=f"reward:{sig.name}")
+
+        if self.parallelize_scoring:
+            values = await asyncio.gather(*(one(f, s) for f, s, _ in funcs))
+        else:
+            values = [await one(f, s) for f, s, _ in funcs]
+        out = RolloutScore()
+        for (_, sig, weight), value in zip(funcs, values, strict=True):
+            if isinstance(value, RolloutError):
+                out.errors.append(value)
+                value = 0.0
+            out.metrics[sig.name] = value
+            if weight is not None:
+                out.reward += weight * value
         return out
 
     async def score_group(self, rollouts: Sequence[dict[str, Any]], scores: list[RolloutScore]) -> None:
@@ -192,29 +266,29 @@ class Rubric:
 
         ``rollouts`` holds, per rollout, the singular arguments (prompt, completion, ...).
         """
-        if not self.has_group_funcs or not rollouts:
+        funcs = [(f, s, w) for f, s, w in self._weighted() if s.is_group]
+        if not funcs or not rollouts:
             return
         available: dict[str, Any] = dict(self.class_objects)
         for key in ("prompt", "completion", "answer", "state", "task", "info", "example_id"):
             available[key + "s"] = [r.get(key) for r in rollouts]
-        for f in self._funcs:
-            if not f.is_group:
-                continue
+        for fn, sig, weight in funcs:
             try:
-                values = await maybe_await(f.fn(**f.select(available)))
+                values = await maybe_await(fn(**sig.select(available)))
                 if len(values) != len(rollouts):
                     raise RubricError(
-                        f"group reward function {f.name!r} returned {len(values)} scores for {len(rollouts)} rollouts"
+                        f"group reward function {sig.name!r} returned {len(values)} scores for {len(rollouts)} rollouts"
                     )
-                group_scores = [_as_score(f.name, v) for v in values]
+                group_scores = [_as_score(sig.name, v) for v in values]
             except Exception as exc:
                 group_scores = [0.0] * len(rollouts)
-                err = RolloutError.from_exception(exc, where=f"reward:{f.name}")
+                err = RolloutError.from_exception(exc, where=f"reward:{sig.name}")
                 for s in scores:
                     s.errors.append(err)
             for s, v in zip(scores, group_scores, strict=True):
-                s.metrics[f.name] = v
-                s.reward += f.weight * v
+                s.metrics[sig.name] = v
+                if weight is not None:
+                    s.reward += weight * v
 
     async def score_rollouts(
         self,
@@ -224,9 +298,16 @@ class Rubric:
         states: Sequence[dict[str, Any]],
         tasks: Sequence[str] | None = None,
         infos: Sequence[dict[str, Any]] | None = None,
+        max_concurrent: int = -1,
         **kwargs: Any,
-    ) -> list[RolloutScore]:
-        """Score a batch treated as ONE group (0.1.x entry point; the engine scores group by group)."""
+    ) -> RolloutScores:
+        """Score a batch (0.1.x entry point): ``RolloutScores`` with ``.reward`` and ``.metrics`` columns.
+
+        Per-rollout functions run concurrently (bounded by ``max_concurrent``); group
+        functions see the whole batch as one group. ``apply_weights`` (0.1.x) is accepted
+        and ignored: rewards are always weighted.
+        """
+        kwargs.pop("apply_weights", None)
         n = len(prompts)
         tasks = list(tasks) if tasks is not None else ["default"] * n
         infos = list(infos) if infos is not None else [{} for _ in range(n)]
@@ -234,38 +315,62 @@ class Rubric:
             {"prompt": p, "completion": c, "answer": a, "state": s, "task": t, "info": i}
             for p, c, a, s, t, i in zip(prompts, completions, answers, states, tasks, infos, strict=True)
         ]
-        scores = [await self.score_rollout(**row, **kwargs) for row in rows]
+        sem = asyncio.Semaphore(max_concurrent) if max_concurrent and max_concurrent > 0 else None
+
+        async def one(row: dict[str, Any]) -> RolloutScore:
+            if sem is None:
+                return await self.score_rollout(**row, **kwargs)
+            async with sem:
+                return await self.score_rollout(**row, **kwargs)
+
+        scores = list(await asyncio.gather(*(one(r) for r in rows)))
         await self.score_group(rows, scores)
-        return scores
+        names = self.get_reward_func_names()
+        for s in scores:
+            names.extend(k for k in s.metrics if k not in names)
+        return RolloutScores(
+            reward=[s.reward for s in scores],
+            metrics={k: [s.metrics.get(k, 0.0) for s in scores] for k in dict.fromkeys(names)},
+        )
 
 
 class RubricGroup(Rubric):
-    """Several rubrics scored together: rewards add up, metrics are merged."""
+    """Several rubrics scored together: rewards add up, metrics are merged (summed on equal names, as in 0.1.x).
+
+    ``reward_funcs``/``reward_weights`` are read-only concatenations of the members'
+    lists; change a member rubric's lists instead.
+    """
 
     def __init__(self, rubrics: Sequence[Rubric], **kwargs: Any) -> None:
         if not rubrics:
             raise ConfigError("RubricGroup needs at least one rubric")
-        super().__init__(parser=rubrics[0].parser, **kwargs)
         self.rubrics = list(rubrics)
+        super().__init__(parser=kwargs.pop("parser", None) or rubrics[0].parser, **kwargs)
 
-    def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
-        if not hasattr(self, "rubrics"):
-            super().add_reward_func(func, weight)
-            return
-        self.rubrics[0].add_reward_func(func, weight)
-
-    def get_reward_func_names(self) -> list[str]:
-        if not hasattr(self, "rubrics"):
-            return super().get_reward_func_names()
-        return [n for r in self.rubrics for n in r.get_reward_func_names()]
-
-    @property
+    @property  # type: ignore[override]
     def reward_funcs(self) -> list[RewardFunc]:
         return [f for r in self.rubrics for f in r.reward_funcs]
 
-    @property
+    @reward_funcs.setter
+    def reward_funcs(self, value: list[RewardFunc]) -> None:
+        if value:
+            raise ConfigError("set reward functions on the member rubrics of a RubricGroup")
+
+    @property  # type: ignore[override]
     def reward_weights(self) -> list[float]:
         return [w for r in self.rubrics for w in r.reward_weights]
+
+    @reward_weights.setter
+    def reward_weights(self, value: list[float]) -> None:
+        if value:
+            raise ConfigError("set reward weights on the member rubrics of a RubricGroup")
+
+    def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
+        logger.warning("RubricGroup.add_reward_func adds the function to the first rubric of the group")
+        self.rubrics[0].add_reward_func(func, weight)
+
+    def get_reward_func_names(self) -> list[str]:
+        return [n for r in self.rubrics for n in r.get_reward_func_names()]
 
     @property
     def has_group_funcs(self) -> bool:
@@ -276,7 +381,8 @@ class RubricGroup(Rubric):
         for r in self.rubrics:
             s = await r.score_rollout(*args, **kwargs)
             out.reward += s.reward
-            out.metrics.update(s.metrics)
+            for k, v in s.metrics.items():
+                out.metrics[k] = out.metrics.get(k, 0.0) + v
             out.errors.extend(s.errors)
         return out
 
