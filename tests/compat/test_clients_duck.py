@@ -75,7 +75,8 @@ async def test_wrapper_completion_mode_calls_completions_create(server: Scripted
     )
     out = await env.a_generate(env.dataset, wrapper, "m")
     assert out.completion == ["gamma"] and out.reward == [1.0]
-    assert wrapper.calls == [{"model": "m", "prompt": "gamma"}]
+    # 0.1.x's default sampling_args ({"n": 1, "extra_body": {}}) are passed on, as upstream does
+    assert wrapper.calls == [{"model": "m", "prompt": "gamma", "n": 1, "extra_body": {}}]
 
 
 def test_mock_client_sync_create_and_dict_responses() -> None:

@@ -10,6 +10,7 @@ completion) and right after it; once the model's turn ends the episode (by
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import time
 from abc import abstractmethod
@@ -22,6 +23,11 @@ from verifiers.envs.environment import Environment
 from verifiers.errors import EnvError, OverlongPromptError
 from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage
 from verifiers.utils import maybe_await
+
+# Set when the turn limit was found reached during the current task's `is_completed` call, so the
+# stop reason says "max_turns" exactly when the limit (not the environment's own rule) ended it.
+# A context variable: every rollout runs in its own asyncio task.
+_LIMIT_HIT: contextvars.ContextVar[bool] = contextvars.ContextVar("vf_turn_limit_hit", default=False)
 
 
 def _normalise_env_response(value: Any, state: State, completion_mode: bool) -> tuple[list[Message] | str, State]:
@@ -61,7 +67,10 @@ class MultiTurnEnv(Environment):
 
     async def max_turns_reached(self, state: State) -> bool:
         """Has the model used all ``max_turns`` turns? (Always False without a limit.)"""
-        return self.max_turns > 0 and state["turn"] >= self.max_turns
+        reached = self.max_turns > 0 and state["turn"] >= self.max_turns
+        if reached:
+            _LIMIT_HIT.set(True)
+        return reached
 
     async def prompt_too_long(self, state: State) -> bool:
         return bool(state.get("prompt_too_long", False))
@@ -115,8 +124,16 @@ class MultiTurnEnv(Environment):
         tools = self.oai_tools if self.message_type == "chat" else None
         return await get_model_response(client, model, prompt, tools=tools, sampling_args=sampling_args)
 
-    async def _end_reason(self, state: State) -> str:
-        return "max_turns" if await maybe_await(self.max_turns_reached(state)) else "completed"
+    async def _completed(self, messages: Any, state: State, **kwargs: Any) -> str | None:
+        """``is_completed``, with why: "max_turns" when it ended on the turn limit (the default, or
+        an override calling ``max_turns_reached``), "completed" when the environment's own rule did
+        (even on its last allowed turn), None when the episode goes on."""
+        token = _LIMIT_HIT.set(False)
+        try:
+            done = await maybe_await(self.is_completed(messages, state, **kwargs))
+            return ("max_turns" if _LIMIT_HIT.get() else "completed") if done else None
+        finally:
+            _LIMIT_HIT.reset(token)
 
     async def rollout(
         self,
@@ -151,8 +168,8 @@ class MultiTurnEnv(Environment):
 
         while True:
             # Checked before each model turn: setup_state or the last env response may end it.
-            if await maybe_await(self.is_completed(messages, state, **kwargs)):
-                return record(await self._end_reason(state))
+            if (reason := await self._completed(messages, state, **kwargs)) is not None:
+                return record(reason)
             if await maybe_await(self.max_turns_reached(state)):
                 return record("max_turns")
             try:
@@ -184,8 +201,8 @@ class MultiTurnEnv(Environment):
                 return record("length")
             # The episode ends on the model's turn when is_completed says so or the turn
             # budget is spent; the environment does not answer that turn (as in 0.1.x).
-            if await maybe_await(self.is_completed(messages, state, **kwargs)):
-                return record(await self._end_reason(state))
+            if (reason := await self._completed(messages, state, **kwargs)) is not None:
+                return record(reason)
             if await maybe_await(self.max_turns_reached(state)):
                 return record("max_turns")
             env_msgs, state = _normalise_env_response(

@@ -170,8 +170,14 @@ def format_tool_result(value: Any) -> str:
 
 
 def default_error_formatter(err: Exception) -> str:
-    """Tool message content for a failed call; the model sees this and can retry."""
-    return f"Error: {err}"
+    """Tool message content for a failed call; the model sees this and can retry.
+
+    The exception's type is part of it (``Error: ValueError: ...``): a bare message such as
+    ``'x'`` (a KeyError) tells the model nothing.
+    """
+    if isinstance(err, ToolError):
+        return f"Error: {err}"
+    return f"Error: {type(err).__name__}: {err}"
 
 
 def _field(obj: Any, key: str) -> Any:
