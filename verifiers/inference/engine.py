@@ -319,19 +319,61 @@ class InferenceEngine:
     def update_weights(self, state: Any, *, strict: bool = True) -> int:
         """Copy ``state`` (a state dict or a model) into the engine's model and bump the version.
 
-        A no-op copy when ``state`` is the engine's own model (shared weights).
+        All or nothing: every tensor's name, shape and dtype kind is checked against the served
+        model before the first copy, so a mismatched checkpoint raises `ConfigError` naming the
+        mismatch and leaves the weights and ``weight_version`` as they were (``load_state_dict``
+        alone copies the matching tensors before it complains). Floating-point tensors may differ
+        in width (an fp32 trainer feeding a bf16 server); they are cast on copy. A no-op copy when
+        ``state`` is the engine's own model (shared weights).
         """
         import torch
 
         with self.paused():
             if state is not self.model:
                 sd = state.state_dict() if hasattr(state, "state_dict") else state
+                pairs = self._match_state(sd, strict=strict)
                 with torch.no_grad():
-                    self.model.load_state_dict(sd, strict=strict)
+                    for dst, src in pairs:
+                        dst.copy_(src)
             return self.bump_version()
 
+    def _match_state(self, sd: Any, *, strict: bool) -> list[tuple[Any, Any]]:
+        """``(served tensor, new tensor)`` pairs, or `ConfigError` listing every mismatch."""
+        import torch
+
+        own = self.model.state_dict()
+        problems: list[str] = []
+        if not hasattr(sd, "items"):
+            raise ConfigError(f"expected a state dict or a model, got {type(sd).__name__}")
+        missing = [k for k in own if k not in sd]
+        unexpected = [k for k in sd if k not in own]
+        if strict and missing:
+            problems.append(f"missing tensors: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+        if strict and unexpected:
+            problems.append(f"unexpected tensors: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
+        pairs = []
+        for name, src in sd.items():
+            dst = own.get(name)
+            if dst is None:
+                continue
+            if not isinstance(src, torch.Tensor):
+                problems.append(f"{name}: not a tensor ({type(src).__name__})")
+            elif tuple(src.shape) != tuple(dst.shape):
+                problems.append(f"{name}: shape {tuple(src.shape)}, served model has {tuple(dst.shape)}")
+            elif src.dtype.is_floating_point != dst.dtype.is_floating_point or src.dtype.is_complex != dst.dtype.is_complex:
+                problems.append(f"{name}: dtype {src.dtype}, served model has {dst.dtype}")
+            else:
+                pairs.append((dst, src))
+        if problems:
+            shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+            raise ConfigError(f"the new weights do not match the served model, nothing was changed: {shown}")
+        return pairs
+
     def load_weights_from_disk(self, path: str | Path) -> int:
-        """Reload weights saved with ``save_pretrained`` (the fallback when no in-process share exists)."""
+        """Reload weights saved with ``save_pretrained`` (the fallback when no in-process share exists).
+
+        The checkpoint is loaded and checked in full before anything is copied (see `update_weights`).
+        """
         from verifiers.inference.loading import load_model_and_tokenizer
 
         fresh, _ = load_model_and_tokenizer(path, device=str(self.device), with_tokenizer=False)
