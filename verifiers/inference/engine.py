@@ -32,6 +32,13 @@ from verifiers.inference.sampling import RowSampling, SamplingParams
 _SEQ_IDS = itertools.count()
 
 
+class WeightMismatchError(ConfigError, RuntimeError):
+    """New weights that do not fit the served model; nothing was copied.
+
+    A `RuntimeError` too, as ``load_state_dict``'s error was, so existing callers still catch it.
+    """
+
+
 class InvalidRequestError(ConfigError):
     """A request the engine refuses before queueing it; ``param`` names the offending field.
 
@@ -344,7 +351,7 @@ class InferenceEngine:
         own = self.model.state_dict()
         problems: list[str] = []
         if not hasattr(sd, "items"):
-            raise ConfigError(f"expected a state dict or a model, got {type(sd).__name__}")
+            raise WeightMismatchError(f"expected a state dict or a model, got {type(sd).__name__}")
         missing = [k for k in own if k not in sd]
         unexpected = [k for k in sd if k not in own]
         if strict and missing:
@@ -366,7 +373,7 @@ class InferenceEngine:
                 pairs.append((dst, src))
         if problems:
             shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
-            raise ConfigError(f"the new weights do not match the served model, nothing was changed: {shown}")
+            raise WeightMismatchError(f"the new weights do not match the served model, nothing was changed: {shown}")
         return pairs
 
     def load_weights_from_disk(self, path: str | Path) -> int:
