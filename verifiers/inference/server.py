@@ -534,7 +534,8 @@ async def _unless_disconnected(request: Request, work: Any) -> Any:
 class BodyLimit:
     """ASGI middleware: refuse request bodies over ``max_bytes`` with a 413 JSON error.
 
-    A declared ``Content-Length`` over the limit is answered before any of the body is read; a
+    A declared ``Content-Length`` over the limit is answered without keeping the body (up to 16x
+    the limit it is read and dropped, so a client still sending sees the 413, not a reset); a
     chunked body is counted as it arrives and cut off at the limit, so memory stays bounded.
     """
 
@@ -560,6 +561,11 @@ class BodyLimit:
         except ValueError:
             too_big = False
         if too_big:
+            if int(declared) <= 16 * self.max_bytes:
+                # Read and drop the body (constant memory) so the client, still sending, gets the 413
+                # instead of a reset connection that it would retry.
+                while (await receive()).get("more_body", False):
+                    pass
             await JSONResponse(self._error().body(), status_code=413, headers={"connection": "close"})(
                 scope, receive, send)
             return
