@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force-reinstall", action="store_true", help="reinstall the package (not its dependencies)"
     )
+    p.add_argument(
+        "--use-pip-config",
+        action="store_true",
+        help="let pip read this machine's pip configuration (PIP_* variables, pip.conf) and so its other "
+        "indexes; by default a hub install uses the hub (and --extra-index-url) only",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="show pip's output as it runs")
     return p
 
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             no_deps=args.no_deps,
             force_reinstall=args.force_reinstall,
             stream_output=args.verbose,
+            use_pip_config=args.use_pip_config,
         )
     except VFError as exc:
         print(f"vf-install: error: {exc}", file=sys.stderr)
@@ -83,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     where = target.index_url or target.requirement
     changed = ", ".join(result.installed) or "nothing new (already installed)"
     print(f"Installed {target.project} from {target.kind} {where} into {result.python}: {changed}")
+    for name, url in result.sources.items():
+        print(f"  {name} <- {url or 'unknown source'}")
+    for warning in result.warnings:
+        print(f"vf-install: warning: {warning}", file=sys.stderr)
     for env in result.environments:
         sizes = f"train={env.num_train}, eval={env.num_eval}"
         checked = ", check_environment passed" if args.check else ""

@@ -10,7 +10,13 @@ A spec is, in this order:
    else ``$VF_HUB_URL``, else ``index_url`` in ``~/.config/verifiers/hub.toml``.
 
 pip does the installing, run as ``<python> -m pip`` for the chosen interpreter, so the
-environment can go into another virtualenv than the one running ``vf-install``. After
+environment can go into another virtualenv than the one running ``vf-install``. pip runs
+isolated from the machine's pip configuration (``PIP_*`` variables, ``pip.conf``): with a hub,
+the hub is the only index unless the caller names more (``extra_index_urls``) or opts in with
+``use_pip_config``, so a higher version on some other configured index cannot stand in for
+the hub's package (dependency confusion). The report says where every installed
+distribution was downloaded from, and warns about ``.pth`` files (code run at every
+interpreter start) and packages that install top-level ``verifiers``/``trainers`` modules. After
 installing, a subprocess of that interpreter calls ``verifiers.load_environment`` for
 each environment the package registers (its ``verifiers.environments`` entry points):
 "installed" means "loads", not merely "unpacked".
@@ -141,6 +147,10 @@ class InstallResult(BaseModel):
     installed: list[str]
     """Distributions pip installed or replaced (empty when all were already up to date)."""
     environments: list[LoadedEnvironment]
+    sources: dict[str, str] = {}
+    """Where pip took each installed distribution from (download URL or local path)."""
+    warnings: list[str] = []
+    """Things to look at: packages from outside the hub, ``.pth`` files, shadowed ``verifiers``."""
 
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -363,15 +373,109 @@ def _pip_hint(target: InstallTarget, output: str) -> str:
     return "Check the package's pyproject.toml."
 
 
-def _installed_from_report(report: Path) -> list[tuple[str, bool]]:
+def _installed_from_report(report: Path) -> list[tuple[str, bool, str]]:
+    """``(project, requested, source URL)`` of every distribution pip's ``--report`` lists."""
     try:
         data = json.loads(report.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     return [
-        (normalize_project_name(item["metadata"]["name"]), bool(item.get("requested")))
+        (
+            normalize_project_name(item["metadata"]["name"]),
+            bool(item.get("requested")),
+            str((item.get("download_info") or {}).get("url") or ""),
+        )
         for item in data.get("install", [])
     ]
+
+
+# Names of pip's environment variables that are not pip configuration.
+_PIP_ENV_KEEP = frozenset({"PIP_REQUIRE_VIRTUALENV"})
+
+
+def pip_environment(environ: Mapping[str, str] | None = None, *, use_pip_config: bool = False) -> dict[str, str]:
+    """The environment pip runs in: without the machine's pip configuration unless opted in.
+
+    ``PIP_INDEX_URL``, ``PIP_EXTRA_INDEX_URL``, ``PIP_FIND_LINKS`` and a ``pip.conf`` (also one
+    named by ``PIP_CONFIG_FILE``) would add indexes next to the hub; pip then installs the
+    highest version found on any of them.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if use_pip_config:
+        return env
+    for key in list(env):
+        if key.upper().startswith("PIP_") and key.upper() not in _PIP_ENV_KEEP:
+            del env[key]
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_NO_INPUT"] = "1"
+    return env
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parsed = urllib.parse.urlparse(url)
+    return parsed.scheme, (parsed.netloc or "").lower()
+
+
+def _source_warnings(target: InstallTarget, installed: Sequence[tuple[str, bool, str]],
+                     extra_index_urls: Sequence[str]) -> list[str]:
+    """Installed distributions that did not come from where the user asked."""
+    if target.kind != "index" or not target.index_url:
+        return []
+    hub = _origin(target.index_url)
+    out = []
+    for name, requested, url in installed:
+        if not url or _origin(url) == hub:
+            continue
+        if requested:
+            out.append(f"{name} was downloaded from {url}, not from the hub at {target.index_url}: "
+                       "another index offered it (check --extra-index-url / the hub config)")
+        elif not extra_index_urls:
+            out.append(f"dependency {name} came from {url}, outside the hub")
+    return out
+
+
+# Runs in the target interpreter: files of the given distributions that change other code.
+_INSPECT_SCRIPT = r"""
+import importlib.metadata, json, sys
+out = []
+for project in json.loads(sys.argv[1]):
+    try:
+        dist = importlib.metadata.distribution(project)
+    except importlib.metadata.PackageNotFoundError:
+        continue
+    tops = set()
+    for f in dist.files or []:
+        parts = f.parts
+        if len(parts) == 1 and parts[0].endswith(".pth"):
+            out.append({"project": project, "kind": "pth", "file": str(f)})
+        elif len(parts) >= 1 and not parts[0].endswith((".dist-info", ".data")) and parts[0] != "..":
+            tops.add(parts[0][:-3] if parts[0].endswith(".py") else parts[0])
+    for name in sorted(tops & {"verifiers", "trainers"}):
+        if project != "verifiers":
+            out.append({"project": project, "kind": "shadow", "file": name})
+print(json.dumps(out))
+"""
+
+
+def inspect_installed(python: str, projects: Sequence[str]) -> list[str]:
+    """Warnings about ``.pth`` files and top-level ``verifiers``/``trainers`` in ``projects``."""
+    if not projects:
+        return []
+    proc = subprocess.run([python, "-c", _INSPECT_SCRIPT, json.dumps(list(projects))], capture_output=True,
+                          text=True, check=False)
+    try:
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return [f"could not inspect the installed files ({output_tail(proc.stdout + proc.stderr)})"]
+    out = []
+    for f in found:
+        if f["kind"] == "pth":
+            out.append(f"{f['project']} installed {f['file']}: a .pth file runs its import lines at every start "
+                       f"of {python}")
+        else:
+            out.append(f"{f['project']} installs a top-level '{f['file']}' package, which shadows or replaces "
+                       "this project's; uninstall it unless you trust it")
+    return out
 
 
 def _git_project(spec: str) -> str | None:
@@ -439,6 +543,7 @@ def install_environment(
     force_reinstall: bool = False,
     stream_output: bool = False,
     environ: Mapping[str, str] | None = None,
+    use_pip_config: bool = False,
 ) -> InstallResult:
     """Install ``spec`` into ``python`` (default: this interpreter) and check that it loads.
 
@@ -455,6 +560,9 @@ def install_environment(
         force_reinstall: Reinstall the package (only it, not its dependencies) even if that
             version is installed.
         stream_output: Let pip print to the terminal instead of capturing its output.
+        use_pip_config: Let pip read this machine's pip configuration (``PIP_*`` variables,
+            ``pip.conf``), and so its other indexes; off by default, so a hub install takes the
+            hub's package. Installing runs the package's build code either way.
     """
     python = _check_python(python or sys.executable)
     target = resolve_spec(spec, index_url=index_url, environments_dir=environments_dir, environ=environ)
@@ -476,11 +584,12 @@ def install_environment(
             no_deps=no_deps,
             force_reinstall=force_reinstall,
         )
+        env = pip_environment(environ, use_pip_config=use_pip_config)
         if stream_output:
-            proc = subprocess.run(cmd, check=False)
+            proc = subprocess.run(cmd, check=False, env=env)
             output = ""
         else:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
             output = proc.stdout + proc.stderr
         if proc.returncode != 0:
             raise ConfigError(
@@ -489,14 +598,17 @@ def install_environment(
                 + _pip_hint(target, output)
             )
         installed = _installed_from_report(report)
-    requested = [name for name, was_requested in installed if was_requested]
+    requested = [name for name, was_requested, _ in installed if was_requested]
     project = requested[0] if requested else target.project or _git_project(spec)
     if project is None:
         raise ConfigError(
             f"pip installed {spec!r} but did not say which package it was; add #egg=NAME to the URL"
         )
     target = target.model_copy(update={"project": project})
+    warnings = _source_warnings(target, installed, extra)
+    warnings += inspect_installed(python, [name for name, _, _ in installed])
     environments = verify_installed(python, [project], env_args=env_args, check=check) if verify else []
     return InstallResult(
-        target=target, python=python, installed=[name for name, _ in installed], environments=environments
+        target=target, python=python, installed=[name for name, _, _ in installed], environments=environments,
+        sources={name: url for name, _, url in installed}, warnings=warnings,
     )

@@ -32,6 +32,25 @@ from verifiers.inference.sampling import RowSampling, SamplingParams
 _SEQ_IDS = itertools.count()
 
 
+class WeightMismatchError(ConfigError, RuntimeError):
+    """New weights that do not fit the served model; nothing was copied.
+
+    A `RuntimeError` too, as ``load_state_dict``'s error was, so existing callers still catch it.
+    """
+
+
+class InvalidRequestError(ConfigError):
+    """A request the engine refuses before queueing it; ``param`` names the offending field.
+
+    Every value that would index a device tensor (token ids) is checked here: one bad id
+    inside a batched step would otherwise fail the step for every request sharing it.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass(slots=True)
 class SequenceOutput:
     """One generated choice."""
@@ -115,6 +134,7 @@ class _Request:
     remaining: int = 0
     cancelled: bool = False
     order: int = 0  # admission order: on an out-of-memory error the newest request is shed
+    isolated: bool = False  # joined a step that failed: retried alone to find the culprit
 
     @property
     def worst(self) -> int:
@@ -190,6 +210,7 @@ class InferenceEngine:
                                                                       self.max_model_len))
         self.max_prefill_tokens = int(max_prefill_tokens)
         self.budget = Budget(self.max_kv_tokens, max_batch_size)
+        self.vocab_size = self._vocab_size()
         self.eos_ids = self._eos_ids()
         self.weight_version = 0
         # Generators live on the model's device: torch.multinomial refuses a CPU generator for CUDA tensors.
@@ -209,7 +230,8 @@ class InferenceEngine:
         self._comp_key: tuple[int, ...] = ()
         self._comp: dict[str, Any] = {}
         self.stats = {"steps": 0, "prefills": 0, "tokens": 0, "max_batch": 0, "prefill_forwards": 0,
-                      "kv_bytes": 0, "peak_kv_bytes": 0, "kv_capacity_tokens": 0, "oom_failures": 0}
+                      "kv_bytes": 0, "peak_kv_bytes": 0, "kv_capacity_tokens": 0, "oom_failures": 0,
+                      "request_failures": 0}
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -220,6 +242,29 @@ class InferenceEngine:
         model, tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
         use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
         return cls(model, tok, **kw)
+
+    def _vocab_size(self) -> int:
+        """Token ids valid both as inputs (embedding rows) and as logit columns."""
+        sizes = []
+        emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
+        if emb is not None and getattr(emb, "weight", None) is not None:
+            sizes.append(int(emb.weight.shape[0]))
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        if head is not None and getattr(head, "weight", None) is not None:
+            sizes.append(int(head.weight.shape[0]))
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        if not sizes and getattr(cfg, "vocab_size", None):
+            sizes.append(int(cfg.vocab_size))
+        return min(sizes) if sizes else len(self.tokenizer)
+
+    def check_token_ids(self, ids: Sequence[Any], param: str) -> None:
+        """Raise `InvalidRequestError` unless every id is an int in ``[0, vocab_size)``."""
+        v = self.vocab_size
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < v:
+                raise InvalidRequestError(
+                    f"'{param}' holds token id {t!r}, outside this model's vocabulary [0, {v})", param=param
+                )
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -281,19 +326,61 @@ class InferenceEngine:
     def update_weights(self, state: Any, *, strict: bool = True) -> int:
         """Copy ``state`` (a state dict or a model) into the engine's model and bump the version.
 
-        A no-op copy when ``state`` is the engine's own model (shared weights).
+        All or nothing: every tensor's name, shape and dtype kind is checked against the served
+        model before the first copy, so a mismatched checkpoint raises `ConfigError` naming the
+        mismatch and leaves the weights and ``weight_version`` as they were (``load_state_dict``
+        alone copies the matching tensors before it complains). Floating-point tensors may differ
+        in width (an fp32 trainer feeding a bf16 server); they are cast on copy. A no-op copy when
+        ``state`` is the engine's own model (shared weights).
         """
         import torch
 
         with self.paused():
             if state is not self.model:
                 sd = state.state_dict() if hasattr(state, "state_dict") else state
+                pairs = self._match_state(sd, strict=strict)
                 with torch.no_grad():
-                    self.model.load_state_dict(sd, strict=strict)
+                    for dst, src in pairs:
+                        dst.copy_(src)
             return self.bump_version()
 
+    def _match_state(self, sd: Any, *, strict: bool) -> list[tuple[Any, Any]]:
+        """``(served tensor, new tensor)`` pairs, or `ConfigError` listing every mismatch."""
+        import torch
+
+        own = self.model.state_dict()
+        problems: list[str] = []
+        if not hasattr(sd, "items"):
+            raise WeightMismatchError(f"expected a state dict or a model, got {type(sd).__name__}")
+        missing = [k for k in own if k not in sd]
+        unexpected = [k for k in sd if k not in own]
+        if strict and missing:
+            problems.append(f"missing tensors: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+        if strict and unexpected:
+            problems.append(f"unexpected tensors: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
+        pairs = []
+        for name, src in sd.items():
+            dst = own.get(name)
+            if dst is None:
+                continue
+            if not isinstance(src, torch.Tensor):
+                problems.append(f"{name}: not a tensor ({type(src).__name__})")
+            elif tuple(src.shape) != tuple(dst.shape):
+                problems.append(f"{name}: shape {tuple(src.shape)}, served model has {tuple(dst.shape)}")
+            elif src.dtype.is_floating_point != dst.dtype.is_floating_point or src.dtype.is_complex != dst.dtype.is_complex:
+                problems.append(f"{name}: dtype {src.dtype}, served model has {dst.dtype}")
+            else:
+                pairs.append((dst, src))
+        if problems:
+            shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+            raise WeightMismatchError(f"the new weights do not match the served model, nothing was changed: {shown}")
+        return pairs
+
     def load_weights_from_disk(self, path: str | Path) -> int:
-        """Reload weights saved with ``save_pretrained`` (the fallback when no in-process share exists)."""
+        """Reload weights saved with ``save_pretrained`` (the fallback when no in-process share exists).
+
+        The checkpoint is loaded and checked in full before anything is copied (see `update_weights`).
+        """
         from verifiers.inference.loading import load_model_and_tokenizer
 
         fresh, _ = load_model_and_tokenizer(path, device=str(self.device), with_tokenizer=False)
@@ -307,9 +394,11 @@ class InferenceEngine:
         their overlong-prompt error.
         """
         if not prompt_ids:
-            raise ConfigError("the prompt is empty: send at least one token")
+            raise InvalidRequestError("the prompt is empty: send at least one token", param="prompt")
         if n < 1:
-            raise ConfigError(f"n must be >= 1, got {n}")
+            raise InvalidRequestError(f"n must be >= 1, got {n}", param="n")
+        self.check_token_ids(prompt_ids, "prompt")
+        self.check_token_ids(params.stop_token_ids, "stop_token_ids")
         room = self.max_model_len - len(prompt_ids)
         if room <= 0:
             raise OverlongPromptError(
@@ -335,8 +424,9 @@ class InferenceEngine:
     def _make_request(
         self, prompt_ids: Sequence[int], params: SamplingParams, n: int, sink: _Sink, forced: Sequence[int]
     ) -> _Request:
-        prompt = [int(t) for t in prompt_ids]
+        prompt = list(prompt_ids)
         max_tokens = self.check_request(prompt, params, n)
+        self.check_token_ids(forced, "tool_choice")
         return _Request(prompt, params, n, max_tokens, sink, list(forced))
 
     def _enqueue(self, req: _Request) -> None:
@@ -439,12 +529,16 @@ class InferenceEngine:
             if req.cancelled:
                 self._waiting.pop(0)
                 continue
+            if req.isolated and new:
+                break  # a suspect of a failed step joins a step on its own
             if not (self._active or new) or self.budget.fits(rows, width, req.n, req.worst):
                 self._waiting.pop(0)
                 self._admitted += 1
                 req.order = self._admitted
                 new.append(req)
                 rows, width = rows + req.n, max(width, req.worst)
+                if req.isolated:
+                    break
             else:
                 break
         return new
@@ -454,34 +548,67 @@ class InferenceEngine:
         return max((s.worst for s in self._active), default=0)
 
     def _step_or_shed(self, new: list[_Request]) -> None:
-        """Run one step; on an out-of-memory error fail the newest request, free its rows, and retry.
+        """Run one step; when it raises, fail only the request that caused it and carry on.
 
-        The newest admitted request is the one the memory was not there for; every other request
-        keeps its rows and continues. A failed step leaves no committed state behind (a retried
-        decode rewrites the same cache column), so retrying is safe.
+        Out of memory: the newest admitted request is the one the memory was not there for; it
+        fails, its rows are freed and the step is retried. Any other error: if the step admitted
+        new requests, they go back to the head of the queue marked ``isolated`` (each then joins
+        a later step alone) and the running rows' step is retried without them; a new request
+        that fails while alone beside rows that step fine without it is the culprit. A step of
+        running rows alone that fails sheds its newest request, like an OOM. A failed step
+        leaves no committed state behind (a retried decode rewrites the same cache column), so
+        retrying is safe.
         """
+        suspect: _Request | None = None
+        suspect_exc: BaseException | None = None
         while True:
             try:
                 self._step(new)
-                return
             except Exception as exc:
-                if not _is_oom(exc):
+                if _is_oom(exc):
+                    victim = new.pop() if new else self._newest_active()
+                    if victim is None:
+                        raise
+                    self.stats["oom_failures"] += 1
+                    self._evict(victim, _oom_error(exc))
+                    _empty_device_cache(self.device)
+                elif new:
+                    if len(new) == 1 and new[0].isolated:
+                        suspect, suspect_exc = new.pop(), exc  # guilty if the running rows step fine without it
+                    else:
+                        for r in new:
+                            r.isolated = True
+                        with self._cv:
+                            self._waiting[0:0] = new
+                        new = []
+                elif (victim := self._newest_active()) is not None:
+                    self._evict(victim, _step_error(exc))
+                    if suspect is not None:  # the fault is in the running rows: the suspect gets another try
+                        with self._cv:
+                            self._waiting.insert(0, suspect)
+                        suspect = None
+                else:
                     raise
-                victim = new.pop() if new else max((s.req for s in self._active), key=lambda r: r.order, default=None)
-                if victim is None:
-                    raise
-                self.stats["oom_failures"] += 1
-                self._evict(victim, exc)
-                _empty_device_cache(self.device)
                 if not new and not self._active:
-                    return
+                    break
+                continue
+            break
+        if suspect is not None:
+            self._reject(suspect, _step_error(suspect_exc or RuntimeError("failed a step on its own")))
+
+    def _newest_active(self) -> _Request | None:
+        return max((s.req for s in self._active), key=lambda r: r.order, default=None)
+
+    def _reject(self, req: _Request, exc: BaseException) -> None:
+        """Fail a request that holds no rows (it never joined the batch)."""
+        self.stats["request_failures"] += 1
+        req.cancelled = True
+        req.sink.fail(exc)
 
     def _evict(self, req: _Request, exc: BaseException) -> None:
+        self.stats["request_failures"] += 1
         req.cancelled = True
-        req.sink.fail(ServerError(
-            f"the inference engine ran out of device memory while this request ran ({exc}); other requests "
-            "continue. Lower max_kv_tokens (or max_prefill_tokens), or send fewer/shorter requests at once."
-        ))
+        req.sink.fail(exc)
         rows = [i for i, s in enumerate(self._active) if s.req is req]
         if rows:
             self._remove_rows(rows)
@@ -532,12 +659,20 @@ class InferenceEngine:
         self.stats["tokens"] += len(seqs)
         self._note_memory()
         finished = []
+        broken: dict[int, tuple[_Request, BaseException]] = {}
         for i, seq in enumerate(seqs):
-            self._advance(seq, *host[i])
+            try:
+                self._advance(seq, *host[i])
+            except Exception as exc:  # committed state: fail this request, not the step
+                broken.setdefault(id(seq.req), (seq.req, exc))
+                continue
             if seq.finish_reason is not None:
                 finished.append(i)
+        finished = [i for i in finished if id(seqs[i].req) not in broken]
         if finished:
             self._retire(finished)
+        for req, exc in broken.values():
+            self._evict(req, _step_error(exc))
 
     def _note_memory(self) -> None:
         nbytes = self._kv.nbytes()
@@ -879,6 +1014,18 @@ def _is_oom(exc: BaseException) -> bool:
     import torch
 
     return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def _oom_error(exc: BaseException) -> ServerError:
+    return ServerError(
+        f"the inference engine ran out of device memory while this request ran ({exc}); other requests "
+        "continue. Lower max_kv_tokens (or max_prefill_tokens), or send fewer/shorter requests at once."
+    )
+
+
+def _step_error(exc: BaseException) -> ServerError:
+    return ServerError(f"the inference engine failed on this request ({type(exc).__name__}: {exc}); "
+                       "other requests continue")
 
 
 def _empty_device_cache(device: Any) -> None:

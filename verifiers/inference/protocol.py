@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from verifiers.inference.sampling import SamplingParams
 
+_ERROR_TYPES = {
+    400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError", 404: "NotFoundError",
+    405: "MethodNotAllowedError", 409: "ConflictError", 413: "RequestTooLargeError", 422: "UnprocessableEntityError",
+    429: "RateLimitError", 499: "ClientClosedRequest",
+}
+
 
 class OpenAIError(Exception):
     """An error the server reports as ``{"error": {...}}`` with an HTTP status."""
@@ -23,9 +29,7 @@ class OpenAIError(Exception):
         self.status = status
         self.message = message
         self.param = param
-        self.type = type_ or {400: "BadRequestError", 404: "NotFoundError", 401: "AuthenticationError"}.get(
-            status, "InternalServerError"
-        )
+        self.type = type_ or _ERROR_TYPES.get(status, "BadRequestError" if 400 <= status < 500 else "InternalServerError")
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
@@ -41,7 +45,8 @@ def validation_error(exc: ValidationError) -> OpenAIError:
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # inf/nan in a sampling parameter would turn a whole batch's probabilities into nan.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -62,6 +67,28 @@ class _Common(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     return_token_ids: bool = False
+    # Token-id constraints vLLM accepts; the embedded sampler does not implement them, so a request
+    # using them is refused (after its ids are range-checked) rather than silently unconstrained.
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+
+    def unsupported_constraints(self) -> list[tuple[str, list[Any]]]:
+        """``(field, token ids)`` of each non-empty token constraint (ids to range-check first)."""
+        out: list[tuple[str, list[Any]]] = []
+        if self.logit_bias:
+            ids: list[Any] = []
+            for k in self.logit_bias:
+                try:
+                    ids.append(int(k))
+                except ValueError:
+                    ids.append(k)
+            out.append(("logit_bias", ids))
+        if self.allowed_token_ids:
+            out.append(("allowed_token_ids", list(self.allowed_token_ids)))
+        if self.bad_words:
+            out.append(("bad_words", []))
+        return out
 
     @field_validator("presence_penalty", "frequency_penalty")
     @classmethod

@@ -11,18 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifiers.errors import ConfigError, OverlongPromptError
-from verifiers.inference.engine import InferenceEngine, RequestOutput, SequenceOutput, StreamDelta
+from verifiers.inference.engine import (
+    InferenceEngine,
+    InvalidRequestError,
+    RequestOutput,
+    SequenceOutput,
+    StreamDelta,
+)
 from verifiers.inference.protocol import (
     ChatRequest,
     CompletionRequest,
@@ -33,6 +43,10 @@ from verifiers.inference.protocol import (
     validation_error,
 )
 from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
+
+DEFAULT_MAX_REQUEST_BYTES = 2 * 1024 * 1024
+"""Largest request body accepted (2 MiB): far above any prompt a 128k-context model can take as JSON
+text, far below what it costs to parse, template and tokenize (a 16 MB body took ~45 s and GBs)."""
 
 
 def render_chat(
@@ -73,13 +87,47 @@ class _TokenText:
 class EmbeddedAPI:
     """Request handling, separate from FastAPI routing so it can be tested and reused."""
 
-    def __init__(self, engine: InferenceEngine, served_model_names: Sequence[str]) -> None:
+    def __init__(
+        self, engine: InferenceEngine, served_model_names: Sequence[str], *, reload_dir: str | Path | None = None
+    ) -> None:
         if not served_model_names:
             raise ConfigError("give the server at least one model name to serve")
         self.engine = engine
         self.names = list(served_model_names)
         self.token_text = _TokenText(engine.tokenizer)
         self.created = int(time.time())
+        self.reload_dir = Path(reload_dir).resolve() if reload_dir is not None else None
+        self._max_token_chars: int | None = None
+
+    # -- limits ----------------------------------------------------------------------------
+    @property
+    def max_prompt_chars(self) -> int:
+        """Characters that cannot fit in ``max_model_len`` tokens, whatever the tokenizer does.
+
+        No token covers more characters than its vocabulary entry's length, so a text longer
+        than ``max_model_len`` x the longest entry is overlong without tokenizing it.
+        """
+        if self._max_token_chars is None:
+            try:
+                vocab = self.engine.tokenizer.get_vocab()
+                self._max_token_chars = max((len(t) for t in vocab), default=1) or 1
+            except Exception:  # a tokenizer without a vocabulary listing: a generous bound
+                self._max_token_chars = 64
+        return self.engine.max_model_len * self._max_token_chars + 1024  # + template text
+
+    def check_chars(self, n_chars: int, param: str) -> None:
+        if n_chars > self.max_prompt_chars:
+            raise OverlongPromptError(
+                f"This model's maximum context length is {self.engine.max_model_len} tokens. However, your "
+                f"request has {n_chars} characters in '{param}', more than that many tokens can hold. Please "
+                "reduce the length of the input messages."
+            )
+
+    def check_constraints(self, req: Any) -> None:
+        """Range-check token-id constraints, then refuse them: the embedded sampler does not apply them."""
+        for name, ids in req.unsupported_constraints():
+            self.engine.check_token_ids(ids, name)
+            raise OpenAIError(400, f"'{name}' is not supported by the embedded server", param=name)
 
     # -- helpers ---------------------------------------------------------------------------
     def check_model(self, model: str | None) -> str:
@@ -142,6 +190,8 @@ class EmbeddedAPI:
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []] if use_tools else None
         if req.tool_choice in ("required",) and not req.tools:
             raise OpenAIError(400, "tool_choice 'required' needs a non-empty 'tools' list", param="tool_choice")
+        self.check_constraints(req)
+        self.check_chars(_text_chars(req.messages) + _text_chars(tools), "messages")
         try:
             prompt_ids = render_chat(
                 self.engine.tokenizer,
@@ -183,9 +233,13 @@ class EmbeddedAPI:
             choice["token_ids"] = o.token_ids
         return choice
 
-    async def chat(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
+    def _parse_chat(self, body: Any) -> tuple[ChatRequest, list[int], Any, list[int], bool]:
         req: ChatRequest = self.parse(ChatRequest, body)
-        prompt_ids, params, forced, use_tools = self._chat_inputs(req)  # validates the model name
+        return (req, *self._chat_inputs(req))  # validates the model name
+
+    async def chat(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
+        # Parsing, templating and tokenizing a large body take seconds: off the event loop.
+        req, prompt_ids, params, forced, use_tools = await asyncio.to_thread(self._parse_chat, body)
         model = req.model or self.names[0]
         if req.stream:
             events = self.engine.stream(prompt_ids, params, req.n, forced=forced)
@@ -277,6 +331,8 @@ class EmbeddedAPI:
 
     # -- completions -----------------------------------------------------------------------
     def _prompts(self, prompt: Any) -> list[list[int]]:
+        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
+        self.check_chars(sum(len(t) for t in texts), "prompt")
         if isinstance(prompt, str):
             return [self._encode(prompt)]
         if prompt and all(isinstance(p, int) for p in prompt):
@@ -288,10 +344,14 @@ class EmbeddedAPI:
             raise OpenAIError(400, "prompt is empty", param="prompt")
         return out
 
-    async def completions(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
+    def _parse_completions(self, body: Any) -> tuple[CompletionRequest, str, list[list[int]]]:
         req: CompletionRequest = self.parse(CompletionRequest, body)
         model = self.check_model(req.model)
-        prompts = self._prompts(req.prompt)
+        self.check_constraints(req)
+        return req, model, self._prompts(req.prompt)
+
+    async def completions(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
+        req, model, prompts = await asyncio.to_thread(self._parse_completions, body)
         if any(not p for p in prompts):
             raise OpenAIError(400, "prompt is empty", param="prompt")
         params = req.sampling(
@@ -382,6 +442,7 @@ class EmbeddedAPI:
         self.check_model(req.model)
         if (req.prompt is None) == (req.messages is None):
             raise OpenAIError(400, "give exactly one of 'prompt' or 'messages'", param="prompt")
+        self.check_chars(_text_chars(req.messages) + len(req.prompt or ""), "messages" if req.messages else "prompt")
         if req.messages is not None:
             tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
             try:
@@ -396,15 +457,41 @@ class EmbeddedAPI:
     def detokenize(self, body: Any) -> dict[str, Any]:
         req: DetokenizeRequest = self.parse(DetokenizeRequest, body)
         self.check_model(req.model)
+        self.engine.check_token_ids(req.tokens, "tokens")
         return {"prompt": self.engine.tokenizer.decode(req.tokens)}
+
+    def check_reload_path(self, path: str) -> Path:
+        """The resolved checkpoint path; 403 when ``reload_dir`` is set and the path leaves it.
+
+        Resolving first (symlinks, ``..``) means a link inside the directory cannot point out of it.
+        """
+        resolved = Path(path).expanduser().resolve()
+        if self.reload_dir is not None and not resolved.is_relative_to(self.reload_dir):
+            raise OpenAIError(403, f"reload paths must be under {self.reload_dir} (the server's --reload-dir); "
+                              f"{path!r} is not", param="path")
+        return resolved
 
     async def reload(self, body: Any) -> dict[str, Any]:
         req: ReloadRequest = self.parse(ReloadRequest, body)
+        path = self.check_reload_path(req.path)
         try:
-            version = await asyncio.to_thread(self.engine.load_weights_from_disk, req.path)
-        except ConfigError as exc:
+            version = await asyncio.to_thread(self.engine.load_weights_from_disk, path)
+        except ConfigError as exc:  # includes a checkpoint that does not match the served model
             raise OpenAIError(400, str(exc), param="path") from None
+        except (OSError, ValueError, RuntimeError) as exc:  # unreadable or corrupt files: nothing was applied
+            raise OpenAIError(400, f"could not load a checkpoint from {req.path}: {exc}", param="path") from None
         return {"weight_version": version}
+
+
+def _text_chars(value: Any) -> int:
+    """Characters of every string inside ``value`` (messages, content parts, tool schemas)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_chars(k) + _text_chars(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(_text_chars(v) for v in value)
+    return 0
 
 
 class _ClientGone(Exception):
@@ -444,29 +531,147 @@ async def _unless_disconnected(request: Request, work: Any) -> Any:
     raise _ClientGone
 
 
-def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, api_key: str | None = None) -> FastAPI:
-    """The FastAPI application. The engine is started on first use if it is not running."""
-    api = EmbeddedAPI(engine, served_model_names)
-    app = FastAPI(title="verifiers embedded server", docs_url=None, redoc_url=None)
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over ``max_bytes`` with a 413 JSON error.
+
+    A declared ``Content-Length`` over the limit is answered without keeping the body (up to 16x
+    the limit it is read and dropped, so a client still sending sees the 413, not a reset); a
+    chunked body is counted as it arrives and cut off at the limit, so memory stays bounded.
+    """
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    @staticmethod
+    def error(max_bytes: int) -> OpenAIError:
+        return OpenAIError(413, f"the request body is larger than this server's limit of {max_bytes} bytes "
+                           "(vf-serve --max-request-bytes)")
+
+    def _error(self) -> OpenAIError:
+        return self.error(self.max_bytes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        try:
+            too_big = declared is not None and int(declared) > self.max_bytes
+        except ValueError:
+            too_big = False
+        if too_big:
+            if int(declared) <= 16 * self.max_bytes:
+                # Read and drop the body (constant memory) so the client, still sending, gets the 413
+                # instead of a reset connection that it would retry.
+                while (await receive()).get("more_body", False):
+                    pass
+            await JSONResponse(self._error().body(), status_code=413, headers={"connection": "close"})(
+                scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await JSONResponse(self._error().body(), status_code=413, headers={"connection": "close"})(
+                    scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _is_too_large(exc: BaseException) -> bool:
+    """`_TooLarge`, possibly inside the exception groups of Starlette's middleware task groups."""
+    if isinstance(exc, _TooLarge):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_too_large(e) for e in exc.exceptions)
+    return False
+
+
+def create_app(
+    engine: InferenceEngine,
+    served_model_names: Sequence[str],
+    *,
+    api_key: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    reload_dir: str | Path | None = None,
+) -> FastAPI:
+    """The FastAPI application. The engine is started on first use if it is not running.
+
+    ``api_key``: required as ``Authorization: Bearer KEY`` on everything but ``/health``; ``""``
+    is refused (it would read as "auth off"). ``max_request_bytes``: larger bodies get a 413.
+    ``reload_dir``: ``/weights/reload`` only reads checkpoints under this directory (403 otherwise).
+    Every error, the framework's 404/405/422/500 included, is an OpenAI-format JSON body.
+    """
+    if api_key is not None and not api_key.strip():
+        raise ConfigError("the API key is empty; give a non-empty key, or leave it out to serve without one")
+    if max_request_bytes < 1:
+        raise ConfigError(f"max_request_bytes must be >= 1, got {max_request_bytes}")
+    api = EmbeddedAPI(engine, served_model_names, reload_dir=reload_dir)
+    app = FastAPI(title="verifiers embedded server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.api = api
+    expected = f"Bearer {api_key}".encode() if api_key else b""
 
     def error_response(exc: OpenAIError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        return JSONResponse(OpenAIError(exc.status_code, message).body(), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        loc = [str(p) for p in (errors[0].get("loc", ()) if errors else ())]
+        return error_response(OpenAIError(422, f"invalid request: {errors[0].get('msg') if errors else exc}",
+                                          param=loc[-1] if loc else None))
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
-        authorised = request.headers.get("authorization") == f"Bearer {api_key}"
-        if api_key and request.url.path != "/health" and not authorised:
+        given = (request.headers.get("authorization") or "").encode()
+        if api_key and request.url.path != "/health" and not hmac.compare_digest(given, expected):
             return error_response(OpenAIError(401, "invalid or missing API key"))
         engine.start()
         try:
             return await call_next(request)
         except OpenAIError as exc:
             return error_response(exc)
+        except Exception as exc:  # an unhandled error must still be OpenAI-format JSON
+            if _is_too_large(exc):  # the body went over the limit while a handler read it
+                return JSONResponse(BodyLimit.error(max_request_bytes).body(), status_code=413,
+                                    headers={"connection": "close"})
+            return error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
 
     async def body_of(request: Request) -> Any:
+        raw = await request.body()
         try:
-            return await request.json()
+            return json.loads(raw) if len(raw) < 65536 else await asyncio.to_thread(json.loads, raw)
         except Exception:
             raise OpenAIError(400, "the request body is not valid JSON") from None
 
@@ -479,6 +684,8 @@ def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, ap
             return error_response(exc)
         except OverlongPromptError as exc:
             return error_response(OpenAIError(400, str(exc), param="messages"))
+        except InvalidRequestError as exc:
+            return error_response(OpenAIError(400, str(exc), param=exc.param))
         except ConfigError as exc:
             return error_response(OpenAIError(400, str(exc)))
         if isinstance(result, dict):
@@ -504,14 +711,14 @@ def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, ap
     @app.post("/tokenize")
     async def tokenize(request: Request) -> Any:
         async def h(body: Any) -> Any:
-            return api.tokenize(body)
+            return await asyncio.to_thread(api.tokenize, body)
 
         return await run(h, request)
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Any:
         async def h(body: Any) -> Any:
-            return api.detokenize(body)
+            return await asyncio.to_thread(api.detokenize, body)
 
         return await run(h, request)
 
@@ -523,4 +730,5 @@ def create_app(engine: InferenceEngine, served_model_names: Sequence[str], *, ap
     async def reload(request: Request) -> Any:
         return await run(api.reload, request)
 
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # outermost: before anything reads the body
     return app

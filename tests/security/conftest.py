@@ -1,0 +1,125 @@
+"""Fixtures for the hardening tests: a tiny served model and plain-socket HTTP helpers.
+
+Servers listen on 127.0.0.1 (port 0) in a background thread and stop at teardown; tests
+only ever signal processes they started themselves. Hub fixtures live in the hub test module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def post_json(base: str, path: str, body: Any, *, timeout: float = 60.0,
+              headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One request over http.client: ``(status, parsed JSON or raw text)``."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        conn.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        raw = resp.read()
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(raw)
+    except ValueError:
+        return resp.status, raw.decode(errors="replace")
+
+
+def request(base: str, method: str, path: str, *, timeout: float = 30.0) -> tuple[int, Any]:
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        raw = resp.read()
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(raw)
+    except ValueError:
+        return resp.status, raw.decode(errors="replace")
+
+
+def assert_openai_error(status: int, body: Any, expected_status: int, param: str | None = None) -> dict[str, Any]:
+    """The body is OpenAI's ``{"error": {"message", "type", "param", "code"}}`` shape."""
+    assert status == expected_status, (status, body)
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), body
+    err = body["error"]
+    assert set(err) >= {"message", "type", "param", "code"}, err
+    assert isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err["param"] == param, err
+    return err
+
+
+class ThreadServer:
+    """``create_app(engine, ...)`` under uvicorn in a thread, on 127.0.0.1 with a free port."""
+
+    def __init__(self, app: Any, **uvicorn_kw: Any) -> None:
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="off", **uvicorn_kw)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not self.server.started:
+            raise RuntimeError("test server did not start")
+        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("sec-tiny") / "tiny", TinyModelSpec(seed=0))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_dir: Path) -> Iterator[Any]:
+    import torch
+
+    from verifiers.inference.engine import InferenceEngine
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    eng = InferenceEngine.from_pretrained(tiny_dir, max_batch_size=32, max_kv_tokens=16384)
+    with eng:
+        yield eng
+    torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def serving(engine: Any, **app_kw: Any) -> Iterator[ThreadServer]:
+    pytest.importorskip("fastapi")
+    from verifiers.inference.server import create_app
+
+    srv = ThreadServer(create_app(engine, ["tiny"], **app_kw), timeout_keep_alive=5)
+    try:
+        yield srv
+    finally:
+        srv.stop()
