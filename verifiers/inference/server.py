@@ -536,7 +536,8 @@ class BodyLimit:
 
     A declared ``Content-Length`` over the limit is answered without keeping the body (up to 16x
     the limit it is read and dropped, so a client still sending sees the 413, not a reset); a
-    chunked body is counted as it arrives and cut off at the limit, so memory stays bounded.
+    chunked body is counted as it arrives, never kept beyond the limit, and read and dropped up to
+    16x the limit before the 413, so memory stays bounded.
     """
 
     def __init__(self, app: Any, max_bytes: int) -> None:
@@ -578,6 +579,14 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    # As above: drop the rest of a moderately oversized upload before whoever
+                    # answers (here or the app's own error handling) sends the 413, so the client
+                    # reads it rather than a reset while it is still sending.
+                    more = message.get("more_body", False)
+                    while more and seen <= 16 * self.max_bytes:
+                        message = await receive()
+                        seen += len(message.get("body", b""))
+                        more = message["type"] == "http.request" and message.get("more_body", False)
                     raise _TooLarge
             return message
 
