@@ -63,6 +63,14 @@ SERVER_ERRORS = {"ServerError", "ModelTimeoutError", "RolloutTimeoutError", "Emp
 """Rollout errors that mean the inference server is gone or stuck, not that the environment is wrong."""
 
 
+class _NothingToTrain(Exception):
+    """Every group of a step had equal rewards, even after refills (``totals``: summed rewards, count)."""
+
+    def __init__(self, totals: dict[str, float]) -> None:
+        super().__init__("no trainable groups")
+        self.totals = totals
+
+
 @dataclass
 class TrainSummary:
     steps: int
@@ -300,6 +308,7 @@ class GRPOTrainer:
     def _take_batch(self) -> tuple[list[list[RolloutResult]], list[int], dict[str, float]]:
         """Whole groups for one step, refilling when the store filtered or evicted some."""
         cfg = self.cfg
+        self._filtered_rewards: list[float] = []
         info = {"refills": 0.0, "gen_s": 0.0}
         # With nothing in flight (synchronous mode, or the first step) this step's own batch is
         # generated here and is not a refill; every further generation is.
@@ -316,6 +325,11 @@ class GRPOTrainer:
             if not self.pending:
                 if submitted >= regular and submitted - regular >= cfg.max_refills:
                     got = self.store.get("trainer", list(COLUMNS), share, allow_partial=True)
+                    if self.dist.any_rank(got is None) and self.step > 0:
+                        # Equal rewards in every group after training started: usually a solved task
+                        # (every sample scores the maximum). Nothing to learn from; not an error.
+                        raise _NothingToTrain(self.dist.sum_values(
+                            {"r": sum(self._filtered_rewards), "n": len(self._filtered_rewards)}))
                     if self.dist.any_rank(got is None):
                         raise ConfigError(
                             "no trainable groups after refills: every group had equal rewards (or went stale); "
@@ -343,7 +357,10 @@ class GRPOTrainer:
             by_group.setdefault(r.group_id, []).append(r)
         for gid, rs in by_group.items():
             rs.sort(key=lambda r: r.rollout_index)
-            self.store.put(gid, {"result": rs, "reward": [r.reward for r in rs]}, policy_version=batch.policy_version)
+            status = self.store.put(gid, {"result": rs, "reward": [r.reward for r in rs]},
+                                    policy_version=batch.policy_version)
+            if status == "filtered":
+                self._filtered_rewards.extend(r.reward for r in rs)
 
     def _check_scoring(self, failures: ScoringFailures) -> None:
         """Print the first message of each new scoring error; stop when a reward function fails on
@@ -760,7 +777,22 @@ class GRPOTrainer:
                         raise KeyboardInterrupt
                     step_start = self._data_state()
                     t_step = time.perf_counter()
-                    groups, versions, info = self._take_batch()
+                    try:
+                        groups, versions, info = self._take_batch()
+                    except _NothingToTrain as nothing:
+                        # Logged as a step without an update, so the curve shows it and the run goes on.
+                        self.step += 1
+                        step_start = None
+                        skipped = {"reward": nothing.totals["r"] / max(nothing.totals["n"], 1.0),
+                                   "skipped": 1.0, "frac_reward_zero_std": 1.0,
+                                   "policy_version": float(self.version),
+                                   "time/step_s": time.perf_counter() - t_step}
+                        self.reward_history.append(skipped["reward"])
+                        self._print_main(f"step {self.step}: every group had equal rewards after "
+                                         f"{cfg.max_refills} refills (mean {skipped['reward']:.3f}); no update")
+                        logger.log(self.step, skipped)
+                        progress.update(task, completed=self.step, info=f"reward {skipped['reward']:.3f} (skipped)")
+                        continue
                     batch, metrics = self._build(groups)
                     t_train = time.perf_counter()
                     metrics.update(self._global_train_metrics(self._optimize(batch)))

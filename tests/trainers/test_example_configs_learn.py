@@ -1,0 +1,48 @@
+"""Every example config learns: each runs, as shipped, for a short budget and its reward must rise.
+
+A config that cannot learn (a masked-out signal, adapters that cannot move the output) looks like
+a working run until someone stares at its curve; this catches it in CI. Each run is the shipped
+file with only ``max_steps``, the output directory and quiet output overridden, so the
+algorithm, model, learning rate and batch are exactly what a user gets. (``quickstart_vllm.toml``
+needs a vLLM server and is trained in ``tests/vllm``.)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# lora_kl.toml does not learn yet: LoRA on the body of a randomly initialised tiny model leaves the
+# reward flat (0.011 -> 0.016 in 100 steps, also with beta 0, rank 16, alpha 64 or lr 2e-2), and
+# adapting the tied LM head too makes the policy collapse. Strict, so a fix shows up here.
+KNOWN_FLAT = {"lora_kl": "LoRA cannot yet move a random tiny model's output (issue 12)"}
+CONFIGS = [
+    pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(reason=KNOWN_FLAT[p.stem], strict=True)])
+    if p.stem in KNOWN_FLAT else pytest.param(p, id=p.stem)
+    for p in sorted((ROOT / "examples" / "configs").glob("*.toml")) if "vllm" not in p.name
+]
+STEPS = 60
+WINDOW = 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_reward_rises(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    from rich.console import Console
+
+    from trainers.grpo.config import load_config
+    from trainers.grpo.trainer import GRPOTrainer
+
+    monkeypatch.chdir(ROOT)  # configs name their data files relative to the repository
+    cfg = load_config(config, ["--max_steps", str(STEPS), "--output_dir", str(tmp_path / "run"),
+                               "--plot", "false", "--num_sample_completions", "0", "--save_every", "0",
+                               "--report_to", '["jsonl"]'])
+    GRPOTrainer(cfg, console=Console(file=io.StringIO())).train()
+    rewards = [json.loads(line)["reward"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-WINDOW:]) / WINDOW
+    assert last >= first + 0.05, f"{config.name}: reward {first:.3f} over the first {WINDOW} steps, {last:.3f} over the last"
