@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import random
 import signal
@@ -280,11 +281,10 @@ class GRPOTrainer:
             f"overlong filter: kept {stats.kept}/{stats.total} prompts "
             f"({stats.overlong} too long, {stats.template_failures} failed the chat template)"
         )
-        return kept.to_list()
+        # The HF view stores ``info`` as JSON text (Arrow cannot hold differently-keyed dicts)
+        return [{**r, "info": json.loads(r["info"])} if isinstance(r.get("info"), str) else r for r in kept.to_list()]
 
     def _load_expert(self) -> list[TrainRow]:
-        import json
-
         path = Path(self.cfg.expert_data or "")
         if not path.is_file():
             raise ConfigError(f"expert_data {path} does not exist")
