@@ -155,7 +155,8 @@ async def test_sampling_args_recorded() -> None:
     client = ScriptedClient(["ok"])
     env = vf.SingleTurnEnv(dataset=[{"question": "q"}], sampling_args={"temperature": 0.7})
     await env.a_evaluate(client, "m", sampling_args={"max_tokens": 5})
-    assert client.calls[0].sampling_args == {"temperature": 0.7, "max_tokens": 5}
+    # 0.1.x's default n=1 under the environment's, under the call's (an empty extra_body is not sent)
+    assert client.calls[0].sampling_args == {"n": 1, "temperature": 0.7, "max_tokens": 5}
 
 
 @pytest.mark.timeout(10)

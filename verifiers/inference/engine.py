@@ -630,6 +630,8 @@ class InferenceEngine:
         # Cancelled requests leave before we spend compute on them.
         if any(s.req.cancelled for s in self._active):
             self._remove_rows([i for i, s in enumerate(self._active) if s.req.cancelled])
+        if not self._active and not new:  # every row was cancelled (clients went away): nothing to run
+            return
         active = self._active
         n_dec = len(active)
         plan = self._plan_prefill(new, n_dec) if new else None
