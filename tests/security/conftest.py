@@ -21,27 +21,19 @@ import pytest
 
 def post_json(base: str, path: str, body: Any, *, timeout: float = 60.0,
               headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """One POST over http.client: ``(status, parsed JSON or raw text)``."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return request(base, "POST", path, timeout=timeout, body=data,
+                   headers={"Content-Type": "application/json", **(headers or {})})
+
+
+def request(base: str, method: str, path: str, *, timeout: float = 30.0, body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, Any]:
     """One request over http.client: ``(status, parsed JSON or raw text)``."""
     host, port = base.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        conn.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-        resp = conn.getresponse()
-        raw = resp.read()
-    finally:
-        conn.close()
-    try:
-        return resp.status, json.loads(raw)
-    except ValueError:
-        return resp.status, raw.decode(errors="replace")
-
-
-def request(base: str, method: str, path: str, *, timeout: float = 30.0) -> tuple[int, Any]:
-    host, port = base.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    try:
-        conn.request(method, path)
+        conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
         raw = resp.read()
     finally:

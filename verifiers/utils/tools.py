@@ -12,13 +12,11 @@ dependency or the network is missing.
 from __future__ import annotations
 
 import ast
-import asyncio
 import os
 import textwrap
-import threading
-from typing import Any
 
-from verifiers.tools.sandbox import SandboxLimits, SandboxResult, run_python
+from verifiers.envs.environment import run_sync
+from verifiers.tools.sandbox import SandboxLimits, run_python
 
 __all__ = ["ask", "calculator", "python", "search", "search_ddg"]
 
@@ -41,28 +39,6 @@ def _jupyterize(src: str) -> str:
     return src
 
 
-def _run_blocking(code: str, limits: SandboxLimits) -> SandboxResult:
-    """`run_python` from sync code, also when the calling thread runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(run_python(code, limits))
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = asyncio.run(run_python(code, limits))
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="verifiers-python-tool")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
 def python(code: str) -> str:
     """Evaluates Python code like a Jupyter notebook cell, returning output and/or the last expression value.
 
@@ -73,7 +49,7 @@ def python(code: str) -> str:
         The output (stdout + last expression if not None) or error message
     """
     limits = SandboxLimits(wall_time_s=_PYTHON_TIMEOUT_S, cpu_time_s=_PYTHON_TIMEOUT_S)
-    result = _run_blocking(_jupyterize(code), limits)
+    result = run_sync(run_python(_jupyterize(code), limits))
     if result.timed_out:
         return f"Error: Code execution timed out after {_PYTHON_TIMEOUT_S} seconds"
     error = result.stderr.strip()[:_OUTPUT_CHARS]
