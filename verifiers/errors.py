@@ -93,3 +93,11 @@ class JudgeError(RubricError):
 
 class ConfigError(VFError, ValueError):
     """Bad user input: a missing dataset, an unknown option, a bad argument. The message says how to fix it."""
+
+
+class EndpointCheckError(ConfigError):
+    """The endpoint failed the check before an evaluation: unreachable, wrong URL, refused key, unknown model.
+
+    A `ConfigError` because the fix is always in the command line (``-b``, ``-m``, ``-k``),
+    and because running hundreds of rollouts against it would only record the same error.
+    """

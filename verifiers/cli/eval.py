@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -121,6 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries per model request on 429/5xx/timeouts (default: 3)",
     )
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (CI, a pipe): one plain progress line this often, 0: none "
+        "(default: 10)",
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the endpoint check before the run (reachable, /v1/models lists the model, key accepted)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
     p.add_argument(
         "--view", nargs="?", const="", default=None, metavar="RUN_DIR", help="browse saved runs, or one run"
@@ -263,6 +277,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         output_dir=Path(args.output_dir) if args.output_dir else DEFAULT_OUTPUT_DIR,
         resume=resume,
         show_progress=not (args.no_progress or args.debug),
+        progress_every_s=args.progress_every,
+        check_endpoint=not args.no_check,
         verbose=args.verbose,
     )
 
@@ -288,7 +304,26 @@ def _view(args: argparse.Namespace, out: Console) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
+def resume_command(argv: list[str], run_dir: Path) -> str:
+    """The command that continues ``run_dir``: the same arguments, any -R/--resume replaced by ``-R RUN_DIR``."""
+    kept: list[str] = []
+    skip_next = False
+    for i, token in enumerate(argv):
+        if skip_next:
+            skip_next = False
+            continue
+        if token in ("-R", "--resume"):
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            # -R takes an optional RUN_DIR: a following word is its value when it names a directory.
+            skip_next = following is not None and not following.startswith("-") and Path(following).is_dir()
+            continue
+        if token.startswith("--resume="):
+            continue
+        kept.append(token)
+    return shlex.join(["vf-eval", *kept, "-R", str(run_dir)])
+
+
+def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] | None = None) -> int:
     if args.view is not None:
         return _view(args, out)
     from verifiers.eval.legacy_flags import add_env_dir, error_share, first_error_messages
@@ -320,6 +355,11 @@ def _run(args: argparse.Namespace, out: Console, err: Console) -> int:
             repo = args.hf_hub_dataset_name or default_hub_dataset_name(config.env_id, config.model)
             out.print(f"Pushed to the Hugging Face Hub: {push_to_hub(result.run_dir, repo)}", soft_wrap=True)
     if result.status == "interrupted":
+        if result.run_dir is not None:
+            command = resume_command(argv if argv is not None else sys.argv[1:], result.run_dir)
+            err.print(f"Resume with: {command}", markup=False, highlight=False, soft_wrap=True)
+        else:
+            err.print("Nothing was saved (no -s); run again with -s to keep results across interruptions")
         return EXIT_INTERRUPTED
     share = error_share(result.results)
     if result.results and share >= args.fail_threshold:
@@ -337,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
     try:
-        return _run(args, out, err)
+        return _run(args, out, err, argv)
     except KeyboardInterrupt:
         err.print("interrupted")
         return EXIT_INTERRUPTED

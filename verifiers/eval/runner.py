@@ -30,6 +30,7 @@ from verifiers.envs.environment import Environment, run_sync
 from verifiers.errors import ConfigError
 from verifiers.eval.display import EvalDisplay
 from verifiers.eval.endpoints import Endpoint, api_key_for, build_client, resolve_endpoints
+from verifiers.eval.preflight import check_base_url, check_endpoints
 from verifiers.eval.run_store import (
     RolloutKey,
     RunMetadata,
@@ -80,6 +81,10 @@ class EvalConfig(BaseModel):
     resume: bool | Path = False
     """True: the latest incomplete matching run under output_dir; a path: that run directory."""
     show_progress: bool = True
+    progress_every_s: float = 10.0
+    """When stderr is not a terminal: one plain progress line this often (<= 0: none)."""
+    check_endpoint: bool = True
+    """Check the endpoint (reachable, URL, key, model listed) before any rollout; see `verifiers.eval.preflight`."""
     verbose: bool = False
 
     @property
@@ -114,6 +119,8 @@ def _validate(config: EvalConfig) -> None:
         raise ConfigError(f"--timeout must be > 0 seconds, got {config.rollout_timeout_s}")
     if config.max_retries < 0:
         raise ConfigError(f"--max-retries must be >= 0, got {config.max_retries}")
+    if config.progress_every_s < 0:
+        raise ConfigError(f"--progress-every must be >= 0 seconds, got {config.progress_every_s}")
 
 
 def _select_inputs(
@@ -277,6 +284,13 @@ def run_eval(
 
         env = load_environment(config.env_id, **config.env_args)
     rows = list(env.get_eval_dataset(config.num_examples).to_list())
+    if config.num_examples > len(rows):
+        console.print(
+            f"note: -n {config.num_examples} asked for more examples than the eval split has; "
+            f"evaluating all {len(rows)}",
+            markup=False,
+            highlight=False,
+        )
     example_ids = [int(r["example_id"]) for r in rows]
     rollout_timeout_s = (
         config.rollout_timeout_s if config.rollout_timeout_s is not None else env.rollout_timeout_s
@@ -290,6 +304,14 @@ def run_eval(
                 "" if from_env else f" ({ep.api_key_var} is not set: sending the placeholder key EMPTY)"
             )
             console.print(f"endpoint {ep.base_url} model {ep.model}{key_note}")
+
+    if config.check_endpoint:
+        for checked in check_endpoints(endpoints, headers=config.headers or None):
+            for warning in checked.warnings:
+                console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        for ep in endpoints:
+            check_base_url(ep.base_url)
 
     client = build_client(
         endpoints,
@@ -318,7 +340,9 @@ def run_eval(
             store.append_group(group)
         session.extend(group)
 
-    display = EvalDisplay(len(inputs), console, enabled=config.show_progress)
+    display = EvalDisplay(
+        len(inputs), console, enabled=config.show_progress, plain_every_s=config.progress_every_s
+    )
     status: RunStatus = "failed"
     started = time.monotonic()
     try:

@@ -18,7 +18,8 @@ by ``<|assistant|>``. An assistant message's tool calls are rendered as
 text the server emits as the completion tokens of a tool-calling reply, so the prompt of
 turn k+1 extends prompt + completion of turn k, as it does with a real chat template.
 
-Run it standalone with ``python -m verifiers.testing.server --script script.json --port 8000``.
+Run it standalone with ``python -m verifiers.testing.server --script script.json --port 8000``
+(docs/evaluation.md: trying vf-eval offline against it).
 """
 
 from __future__ import annotations
@@ -558,7 +559,9 @@ class _ScriptedApp:
         model = {"id": state.model, "object": "model", "created": 0, "owned_by": "verifiers"}
         if state.context_length is not None:
             model["max_model_len"] = state.context_length
-        return _json({"object": "list", "data": [model]})
+        # The scripted server answers whatever model name it is asked for; say so, so that
+        # vf-eval's endpoint check does not reject names it does not list.
+        return _json({"object": "list", "data": [model], "vf_accepts_any_model": True})
 
     async def _health(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})
@@ -743,8 +746,6 @@ class ScriptedServer:
         script_json = (script if script is not None else ServerScript()).model_dump_json()
         cmd = [
             sys.executable,
-            "-W",
-            "ignore::RuntimeWarning:runpy",  # `-m` on a module its package already imports
             "-m",
             "verifiers.testing.server",
             "--port",
