@@ -27,6 +27,7 @@ from verifiers.compat.env_adapters import (
 )
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
+from verifiers.rollout.error_report import warn_about_errors
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import (
@@ -380,8 +381,13 @@ class Environment(ABC):
         max_concurrent: int | None = None,
         **kwargs: Any,
     ) -> GenerateOutputs:
+        """Evaluate on the eval split; warns (`RolloutErrorsWarning`) when most rollouts errored.
+
+        Errored rollouts score 0.0, so a wrong model name or a dead server would otherwise
+        look like a model that fails every example.
+        """
         data = self._eval_rows(num_examples)
-        return await self.a_generate(
+        out = await self.a_generate(
             data,
             client,
             model,
@@ -391,6 +397,8 @@ class Environment(ABC):
             rollouts_per_example=rollouts_per_example,
             **kwargs,
         )
+        warn_about_errors(out.results, stacklevel=1)
+        return out
 
     def _eval_rows(self, n: int = -1) -> _FormattedDataset:
         data = self.eval_dataset if self.eval_dataset is not None else self.dataset

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError, VFError
-from verifiers.types import RolloutResult
+from verifiers.rollout.error_report import error_share as error_share
+from verifiers.rollout.error_report import first_error_messages as first_error_messages
 
 DEFAULT_ENV_DIR = Path("environments")
 """0.1.x's default ``--env-dir-path``: used only when it holds the requested environment."""
@@ -95,19 +96,3 @@ def push_to_hub(run_dir: Path, repo_id: str) -> str:
             f"the results are saved in {run_dir}"
         ) from exc
     return repo_id
-
-
-def error_share(results: list[RolloutResult]) -> float:
-    """Fraction of rollouts that ended with an error (0.0 for no rollouts)."""
-    if not results:
-        return 0.0
-    return sum(1 for r in results if r.error is not None) / len(results)
-
-
-def first_error_messages(results: list[RolloutResult]) -> dict[str, str]:
-    """The first message seen for each rollout error type (what to read before digging in)."""
-    first: dict[str, str] = {}
-    for r in results:
-        if r.error is not None and r.error.type not in first:
-            first[r.error.type] = r.error.message
-    return first

@@ -59,9 +59,7 @@ def check_base_url(base_url: str) -> None:
     if "://" not in base_url:
         host = base_url.lstrip("/")
         scheme = "http" if host.startswith(_LOCAL_HOSTS) else "https"
-        raise EndpointCheckError(
-            f"base URL {base_url!r} has no scheme; did you mean -b {scheme}://{host} ?"
-        )
+        raise EndpointCheckError(f"base URL {base_url!r} has no scheme; did you mean -b {scheme}://{host} ?")
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise EndpointCheckError(

@@ -40,7 +40,19 @@ _HOMES = {
     "SpawnedServer": "server",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "CheckReport",
+    "EnvironmentCheckError",
+    "RecordedCall",
+    "ScriptedClient",
+    "ScriptedReply",
+    "ScriptedServer",
+    "ScriptedToolCall",
+    "ServerScript",
+    "SpawnedServer",
+    "a_check_environment",
+    "check_environment",
+]
 
 
 def __getattr__(name: str) -> Any:
