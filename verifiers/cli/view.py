@@ -2,6 +2,7 @@
 
     vf-view                      runs under outputs/evals (a prompt loop on a terminal)
     vf-view RUN_DIR              one run: metadata, summary, rollouts
+    vf-view RUN_DIR --sort reward   the rollouts lowest reward first (reward-desc: highest first)
     vf-view RUN_DIR --rollout 3:0   the transcript of example 3, rollout 0 (3 alone: all of example 3)
     vf-view RUN_DIR --report [OUT]  a self-contained HTML page (default RUN_DIR/report.html)
 
@@ -52,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--no-interactive", dest="interactive", action="store_false", help="print the listing and exit"
     )
+    p.add_argument(
+        "--sort",
+        choices=["example", "reward", "reward-desc"],
+        default="example",
+        help="order of the rollout table: example, reward (lowest first), reward-desc (highest first); "
+        "'r' switches it when prompting (default: example)",
+    )
     p.add_argument("--page-size", type=int, default=30, help="rollouts per page when prompting (default 30)")
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
     return p
@@ -77,6 +85,7 @@ def _run(args: argparse.Namespace, out: Console) -> int:
         interactive=args.interactive,
         rollout=args.rollout,
         page_size=args.page_size,
+        sort=args.sort,
     )
     return EXIT_OK
 

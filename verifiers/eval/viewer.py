@@ -69,6 +69,7 @@ _FIXED_COLUMNS_WIDTH = sum(max(len(name), 3) + 3 for name, _ in _ROLLOUT_COLUMNS
 _SHOWN_IN_SUMMARY = ("avg_metrics", "avg_reward", "errors_by_type")
 _MAX_LIST = 20
 """Metadata lists longer than this (e.g. example_ids) are shortened in the terminal."""
+_SORT_LABEL = {"example": "example", "reward": "reward, lowest first", "reward-desc": "reward, highest first"}
 _REF_RE = re.compile(r"^\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
 
 Ask = Callable[[str], "str | None"]
@@ -171,7 +172,9 @@ def _plain(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def render_run(run: LoadedRun, console: Console, *, show_rollouts: bool = True) -> None:
+def render_run(
+    run: LoadedRun, console: Console, *, show_rollouts: bool = True, sort: SortKey = "example"
+) -> None:
     """Metadata, summary and (optionally) the rollout table of one run."""
     console.print(Rule(Text(f"{run.env_id} · {run.model} · {run.run_id}")))
     meta = Table(show_header=False, show_edge=False, box=None)
@@ -197,11 +200,23 @@ def render_run(run: LoadedRun, console: Console, *, show_rollouts: bool = True) 
     console.print(meta)
     render_summary(summarize(run.results, run.rollouts_per_example, wall_s=run.duration_s), console)
     if show_rollouts:
-        render_rollouts_table(sorted_results(run.results), console)
+        title = "Rollouts" if sort == "example" else f"Rollouts by {_SORT_LABEL[sort]}"
+        render_rollouts_table(sorted_results(run.results, sort), console, title=title)
 
 
-def sorted_results(results: Sequence[RolloutResult]) -> list[RolloutResult]:
-    return sorted(results, key=lambda r: (r.example_id, r.rollout_index))
+SortKey = Literal["example", "reward", "reward-desc"]
+SORT_KEYS: tuple[SortKey, ...] = ("example", "reward", "reward-desc")
+"""Rollout orders: by example and rollout index, by reward lowest first, by reward highest first."""
+
+
+def sorted_results(results: Sequence[RolloutResult], by: SortKey = "example") -> list[RolloutResult]:
+    """Rollouts in the order ``by``; ties (equal rewards) stay in example order."""
+    if by not in SORT_KEYS:
+        raise ConfigError(f"cannot sort rollouts by {by!r}; use one of {', '.join(SORT_KEYS)}")
+    rows = sorted(results, key=lambda r: (r.example_id, r.rollout_index))
+    if by == "example":
+        return rows
+    return sorted(rows, key=lambda r: r.reward, reverse=by == "reward-desc")
 
 
 def _one_line(text: str, width: int) -> str:
@@ -386,22 +401,30 @@ _QUIT = {"q", "quit", "exit"}
 Outcome = Literal["back", "quit"]
 
 
-def _run_loop(path: Path, console: Console, ask: Ask, page_size: int, can_go_back: bool) -> Outcome:
+def _run_loop(
+    path: Path, console: Console, ask: Ask, page_size: int, can_go_back: bool, sort: SortKey = "example"
+) -> Outcome:
     run = load_run(path)
     render_run(run, console, show_rollouts=False)
-    all_rows = sorted_results(run.results)
     errors_only = False
     page = 0
+    show_table = True
     while True:
+        all_rows = sorted_results(run.results, sort)
         rows = [r for r in all_rows if r.error is not None or r.scoring_errors] if errors_only else all_rows
         pages = max(1, -(-len(rows) // page_size))
         page = min(max(page, 0), pages - 1)
         start = page * page_size
-        title = f"Rollouts {start + 1}-{min(start + page_size, len(rows))} of {len(rows)}"
-        title += " (with errors)" if errors_only else ""
-        render_rollouts_table(rows[start : start + page_size], console, start=start, title=title)
-        hint = "#row or EX:R opens a rollout · n/p page · e errors only · s summary"
-        hint += " · b back · q quit" if can_go_back else " · q quit"
+        if show_table:
+            title = f"Rollouts {start + 1}-{min(start + page_size, len(rows))} of {len(rows)}"
+            title += " (with errors)" if errors_only else ""
+            title += "" if sort == "example" else f", by {_SORT_LABEL[sort]}"
+            render_rollouts_table(rows[start : start + page_size], console, start=start, title=title)
+        # After a transcript the table is not drawn again: it would push the transcript off the
+        # screen. Enter (an empty answer) draws it.
+        show_table = True
+        hint = "#row or EX:R opens a rollout · n/p page · r sort by reward · e errors only · s summary"
+        hint += " · enter table · b back · q quit" if can_go_back else " · enter table · q quit"
         answer = ask(hint)
         if answer is None or answer.lower() in _QUIT:
             return "quit"
@@ -416,21 +439,25 @@ def _run_loop(path: Path, console: Console, ask: Ask, page_size: int, can_go_bac
             page -= 1
         elif cmd == "e":
             errors_only, page = not errors_only, 0
+        elif cmd == "r":  # example order -> lowest reward first -> highest first -> example order
+            sort, page = SORT_KEYS[(SORT_KEYS.index(sort) + 1) % len(SORT_KEYS)], 0
         elif cmd == "s":
             render_run(run, console, show_rollouts=False)
         elif ":" in cmd:
             try:
                 for r in select_rollouts(all_rows, cmd):
                     render_rollout(r, console)
+                show_table = False
             except ConfigError as exc:
                 console.print(Text(str(exc), style="red"))
         elif cmd.isdigit() and 1 <= int(cmd) <= len(rows):
             render_rollout(rows[int(cmd) - 1], console)
+            show_table = False
         else:
             console.print(Text(f"not understood: {answer!r}", style="red"))
 
 
-def _root_loop(root: Path, console: Console, ask: Ask, page_size: int) -> None:
+def _root_loop(root: Path, console: Console, ask: Ask, page_size: int, sort: SortKey = "example") -> None:
     while True:
         runs = list_runs(root)
         render_runs_table(runs, console, root)
@@ -441,7 +468,10 @@ def _root_loop(root: Path, console: Console, ask: Ask, page_size: int) -> None:
         if answer is None or answer.lower() in _QUIT:
             return
         if answer.isdigit() and 1 <= int(answer) <= len(runs):
-            if _run_loop(runs[int(answer) - 1].path, console, ask, page_size, can_go_back=True) == "quit":
+            outcome = _run_loop(
+                runs[int(answer) - 1].path, console, ask, page_size, can_go_back=True, sort=sort
+            )
+            if outcome == "quit":
                 return
         elif answer:
             console.print(Text(f"not understood: {answer!r}", style="red"))
@@ -458,6 +488,7 @@ def view(
     rollout: str | None = None,
     input_stream: TextIO | None = None,
     page_size: int = 30,
+    sort: SortKey = "example",
 ) -> None:
     """Show runs under a root directory, or one run, in the terminal.
 
@@ -470,10 +501,14 @@ def view(
             transcript and return. Needs a run directory.
         input_stream: Read answers from this stream instead of the terminal (tests, scripts).
         page_size: Rollouts per page in interactive mode.
+        sort: Order of the rollout table: ``example``, ``reward`` (lowest first) or
+            ``reward-desc`` (highest first); ``r`` switches it in interactive mode.
     """
     target = Path(path) if path is not None else DEFAULT_ROOT
     if page_size < 1:
         raise ConfigError(f"page_size must be >= 1, got {page_size}")
+    if sort not in SORT_KEYS:
+        raise ConfigError(f"cannot sort rollouts by {sort!r}; use one of {', '.join(SORT_KEYS)}")
     if not target.exists():
         if path is None:
             console.print(Text(f"no saved runs: {target} does not exist (vf-eval -s writes runs there)"))
@@ -494,7 +529,7 @@ def view(
         interactive = input_stream is not None or (sys.stdin.isatty() and console.is_terminal)
     if not interactive:
         if run_dir:
-            render_run(load_run(target), console)
+            render_run(load_run(target), console, sort=sort)
         else:
             runs = list_runs(target)
             render_runs_table(runs, console, target)
@@ -503,6 +538,6 @@ def view(
         return
     ask = _make_ask(console, input_stream)
     if run_dir:
-        _run_loop(target, console, ask, page_size, can_go_back=False)
+        _run_loop(target, console, ask, page_size, can_go_back=False, sort=sort)
     else:
-        _root_loop(target, console, ask, page_size)
+        _root_loop(target, console, ask, page_size, sort)
