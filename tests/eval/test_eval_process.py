@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -135,9 +136,12 @@ def test_interrupt_marks_the_run_and_keeps_whole_groups(
     per_example = Counter(r["example_id"] for r in read_rows(run_dir))
     assert set(per_example.values()) == {R}  # only finished groups are saved
 
-    done = run_cli(
-        [*_args(slow_server.base_url, tmp_path), "--resume", str(run_dir), "--no-progress"], cwd=tmp_path
-    )
+    # The exact command vf-eval printed continues the run.
+    (resume_line,) = [line for line in err.splitlines() if line.startswith("Resume with: ")]
+    command = shlex.split(resume_line.removeprefix("Resume with: "))
+    assert command[0] == "vf-eval" and command[-2:] == ["-R", str(run_dir)]
+    assert command[1:-2] == _args(slow_server.base_url, tmp_path)
+    done = run_cli(command[1:], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     _assert_each_key_once(run_dir)
     assert read_meta(run_dir)["status"] == "complete"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -198,3 +199,33 @@ def test_vf_view_exit_codes(real_run, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "EXAMPLE:ROLLOUT" in capsys.readouterr().err
     assert vf_view_main([str(real_run.run_dir), "--rollout", "3:1", "--no-interactive"]) == 0
     assert "example 3 · rollout 1" in capsys.readouterr().out
+
+
+def _table_rewards(text: str) -> list[float]:
+    """The reward column (4th) of every rollout row of the printed tables, in order."""
+    rows = [line for line in text.splitlines() if line.startswith("│") and re.match(r"│\s*\d+\s*│", line)]
+    return [float(line.split("│")[4]) for line in rows]
+
+
+def test_rollouts_sorted_by_reward(real_run, capsys: pytest.CaptureFixture[str]) -> None:
+    rewards = sorted(r.reward for r in real_run.results)
+    assert len(set(rewards)) > 1  # the fixture run has different rewards, or this test proves nothing
+    text = shown(real_run.run_dir, interactive=False, sort="reward")
+    assert "Rollouts by reward, lowest first" in text
+    assert _table_rewards(text) == pytest.approx(rewards, abs=1e-4)
+    assert vf_view_main([str(real_run.run_dir), "--sort", "reward-desc", "--no-interactive"]) == 0
+    assert _table_rewards(capsys.readouterr().out) == pytest.approx(rewards[::-1], abs=1e-4)
+    with pytest.raises(ConfigError, match="cannot sort rollouts by 'tokens'"):
+        view(real_run.run_dir, console()[0], sort="tokens")  # type: ignore[arg-type]
+
+
+def test_interactive_transcript_is_not_buried_under_the_table_and_r_sorts(real_run) -> None:
+    # open row 1, then enter (draws the table again), r (sort by reward), quit
+    answers = io.StringIO("1\n\nr\nq\n")
+    text = shown(real_run.run_dir, interactive=True, input_stream=answers, page_size=20)
+    after_transcript = text.split("example 0 · rollout 0", 1)[1]
+    between = after_transcript.split("> ", 1)[0]  # up to the next prompt
+    assert "Rollouts 1-12 of 12" not in between and "prompt" in between
+    assert after_transcript.count("Rollouts 1-12 of 12") == 2  # enter, then r
+    sorted_part = text.split("Rollouts 1-12 of 12, by reward, lowest first", 1)[1]
+    assert _table_rewards(sorted_part) == pytest.approx(sorted(r.reward for r in real_run.results), abs=1e-4)
