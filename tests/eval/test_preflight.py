@@ -17,13 +17,14 @@ import pytest
 from aiohttp import web
 
 import verifiers as vf
+from verifiers.cli.eval import main
 from verifiers.errors import EndpointCheckError
 from verifiers.eval.endpoints import Endpoint
 from verifiers.eval.preflight import check_endpoint
 from verifiers.rollout.error_report import RolloutErrorsWarning
 from verifiers.testing import ScriptedServer
 
-from .conftest import RecordingServer, make_echo_env, run_cli, run_dirs
+from .conftest import TEST_ENVS, RecordingServer, make_echo_env, run_cli, run_dirs
 
 KEY = "sk-strict-key"
 
@@ -175,7 +176,7 @@ def test_scripted_server_accepts_any_name_and_a_v1_url_without_models_only_warns
 # -- the command -----------------------------------------------------------------------------
 
 
-def test_vf_eval_stops_before_the_run_on_a_wrong_model_or_port(strict: StrictServer, tmp_path: Path) -> None:
+def test_vf_eval_stops_before_the_run_on_a_wrong_model(strict: StrictServer, tmp_path: Path) -> None:
     wrong_model = run_cli(
         ["vf-eval-test-echo", "-m", "tinny", "-b", strict.root + "/v1", "-k", "VF_STRICT_KEY", "-s",
          "-o", str(tmp_path)],
@@ -185,9 +186,17 @@ def test_vf_eval_stops_before_the_run_on_a_wrong_model_or_port(strict: StrictSer
     assert "did you mean 'tiny'" in wrong_model.stderr and "Traceback" not in wrong_model.stderr
     assert not (tmp_path / "evals").exists()  # no run directory with a fake summary
 
+
+
+def test_vf_eval_main_stops_when_nothing_listens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process (the same main() as the script; the process case above covers the wiring)."""
+    monkeypatch.syspath_prepend(str(TEST_ENVS))
     url = f"http://127.0.0.1:{free_port()}/v1"
-    no_server = run_cli(["vf-eval-test-echo", "-b", url, "-s", "-o", str(tmp_path)], cwd=tmp_path)
-    assert no_server.returncode == 2 and f"cannot connect to {url}" in no_server.stderr
+    assert main(["vf-eval-test-echo", "-b", url, "-s", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot connect to {url}" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "evals").exists()
 
 
