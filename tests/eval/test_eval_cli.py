@@ -21,7 +21,7 @@ def test_every_flag_reaches_the_config(tmp_path: Path) -> None:
         "-e", str(tmp_path / "e.toml"), "-n", "-1", "-r", "4", "-c", "8", "-t", "64", "-T", "0.7",
         "-S", '{"temperature": 0.1, "top_p": 0.5}', "-o", str(tmp_path / "o"), "-R",
         "--header", "X-A: 1", "--header", "X-B:two words", "--timeout", "12.5", "--max-retries", "0",
-        "-v", "--no-progress",
+        "-v", "--no-progress", "--no-check", "--progress-every", "2.5",
     ]  # fmt: skip
     c = config_from_args(build_parser().parse_args(argv))
     assert c.env_id == "my-env" and c.env_args == {"difficulty": 3}
@@ -32,10 +32,12 @@ def test_every_flag_reaches_the_config(tmp_path: Path) -> None:
     assert c.save and c.output_dir == tmp_path / "o" and c.resume is True
     assert c.headers == {"X-A": "1", "X-B": "two words"}
     assert (c.rollout_timeout_s, c.max_retries, c.verbose, c.show_progress) == (12.5, 0, True, False)
+    assert (c.check_endpoint, c.progress_every_s) == (False, 2.5)
 
     defaults = config_from_args(build_parser().parse_args(["my-env"]))
     assert (defaults.num_examples, defaults.rollouts_per_example, defaults.max_concurrent) == (5, 3, 32)
     assert not defaults.save and defaults.sampling_args == {} and defaults.api_key_var is None
+    assert defaults.check_endpoint and defaults.progress_every_s == 10.0
     explicit = config_from_args(build_parser().parse_args(["my-env", "--resume", str(tmp_path / "run")]))
     assert explicit.resume == tmp_path / "run" and explicit.save
 
