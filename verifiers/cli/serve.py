@@ -85,6 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"vf-serve: {exc}", file=sys.stderr)
         return 2
     try:  # bound before the model loads: a taken port fails in a second, not after the load
+        from verifiers.inference.devices import check_device
+
+        check_device(args.device)
         sock = bind_socket(args.host, args.port)
     except ConfigError as exc:
         print(f"vf-serve: {exc}", file=sys.stderr)
@@ -98,13 +101,12 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
     from transformers.utils import logging as hf_logging
 
     from verifiers.inference.access_log import RequestLog, ThroughputMeter
-    from verifiers.inference.devices import check_device, unused_gpu_note
+    from verifiers.inference.devices import unused_gpu_note
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.server import DEFAULT_MAX_REQUEST_BYTES, create_app
 
     hf_logging.disable_progress_bar()  # the server prints its own one-line banner
     try:
-        check_device(args.device)
         engine = InferenceEngine.from_pretrained(
             model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
             max_model_len=args.max_model_len, seed=args.seed, logprobs_mode=args.logprobs_mode,

@@ -34,7 +34,8 @@ def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Pat
         return path  # check_model_dir says what is wrong with it, if anything
     if not looks_like_hub_id(spec):
         raise ConfigError(
-            f"model {spec!r} does not exist: pass a directory written by save_pretrained (e.g. by `vf-tiny DIR`) "
+            f"{spec} is not a saved model directory (it does not exist): pass a directory written by save_pretrained "
+            "(e.g. by `vf-tiny DIR`) "
             "or a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
         )
     return download_model(spec, log=log)
