@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     for f in result.built:
         print(f"built {f.project} {f.version}: {f.filename}  sha256={f.sha256[:12]}...")
     projects = sorted({f.project for f in result.files} - {"verifiers"})
-    print(f"\nHub at {result.hub_dir}: {len(result.files)} wheel(s) of {len(projects)} environment(s).")
+    with_self = any(f.project == "verifiers" for f in result.files)
+    print(f"\nHub at {result.hub_dir}: {len(result.files)} wheel(s) of {len(projects)} environment(s)"
+          + (" and of verifiers itself." if with_self else "."))
     print(
         "Serve it with any static file server, e.g.\n"
         f"  python -m http.server --directory {args.out} 8000\n"
