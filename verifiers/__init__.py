@@ -65,7 +65,10 @@ from verifiers.types import (
 from verifiers.utils.data_utils import extract_hash_answer, load_example_dataset
 from verifiers.utils.logging_utils import print_prompt_completions_sample, setup_logging
 
-__version__ = "0.2.0"
+# "+vf" is a PEP 440 local label: PyPI refuses uploads with one, so upstream's `verifiers` (a
+# different project under the same name: 0.1.x to 0.4.0, including a 0.2.0) can never publish
+# this version, and `verifiers==0.2.0+vf` (what vf-install pins) only matches this toolkit.
+__version__ = "0.2.0+vf"
 
 # 0.1.x names whose modules are only imported when used (optional packages, subprocess sandboxes).
 _LAZY_IMPORTS = {

@@ -52,9 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vf-train: {exc}", file=sys.stderr)
         return 1
     except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in ("torch", "transformers", "accelerate", "peft"):
+        from verifiers.cli.extras import missing_train_module, train_extra_message
+
+        module = missing_train_module(exc)
+        if module is None:
             raise  # a broken import elsewhere is a bug to see, not a missing extra
-        print(f"vf-train needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
+        print(train_extra_message("vf-train", module), file=sys.stderr)
         return 2
     from trainers.grpo.distributed import is_main_process
 

@@ -6,6 +6,7 @@ config is written next to every run as ``config.json`` so a run can be reproduce
 
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
 from pathlib import Path
@@ -46,7 +47,8 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # what to train, on what
-    model: str = Field("tiny", description="a save_pretrained directory, or 'tiny' to build one (tiny_model)")
+    model: str = Field("tiny", description="a save_pretrained directory, a Hugging Face model id (fetched into its cache), "
+                       "or 'tiny' to build one (tiny_model)")
     tiny_model: TinyModelConfig = Field(default_factory=TinyModelConfig)
     env_id: str = "reverse-text"
     env_args: dict[str, Any] = Field(default_factory=dict)
@@ -116,7 +118,7 @@ class TrainConfig(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
         "float32", description="weights and optimizer state; float32 = master weights (auto: the checkpoint's)")
     mixed_precision: Literal["no", "bf16"] = Field(
-        "no", description="bf16: forward passes (learner, reference, embedded engine) under bf16 autocast")
+        "no", description="bf16: learner and reference forward passes under bf16 autocast (the embedded engine samples in dtype)")
     lora: bool = False
     lora_r: int = 8
     lora_alpha: int = 16
@@ -130,7 +132,8 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="0 = only at the end and on Ctrl-C")
     keep_checkpoints: int = Field(2, ge=1)
     log_every: int = Field(1, ge=1)
-    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    report_to: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl"], description="'tensorboard', 'jsonl,wandb' or a list; jsonl is always written")
     num_sample_completions: int = Field(4, ge=0, description="rows of the sample-completions table printed at the end")
     plot: bool = True
     progress: bool = True
@@ -160,6 +163,13 @@ class TrainConfig(BaseModel):
                 "weights themselves are 16-bit and small updates round away: set dtype = 'float32'"
             )
         return self
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _split_reporters(cls, v: Any) -> Any:
+        if isinstance(v, str):  # --report_to tensorboard, report_to = "jsonl,wandb"
+            return [r.strip() for r in v.split(",") if r.strip()]
+        return v
 
     @field_validator("base_url", mode="before")
     @classmethod
@@ -239,13 +249,42 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed next to the unknown one at ``loc`` (top level, or inside a nested table)."""
+    model: type[BaseModel] = TrainConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *getattr(field.annotation, "__args__", ()))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return []
+        model = inner[0]
+    return sorted(model.model_fields)
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """``unknown key 'x'`` with the closest known names, not a list of every key."""
+    where = ".".join(str(p) for p in loc)
+    known = _known_keys(loc)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=3, cutoff=0.6)
+    prefix = ".".join(str(p) for p in loc[:-1])
+    names = [f"{prefix}.{c}" if prefix else c for c in close]
+    if names:
+        hint = "did you mean " + " or ".join(repr(n) for n in names) + "?"
+    else:
+        hint = "every key is listed in docs/training.md"
+    return f"unknown key {where!r}: {hint}"
+
+
 def _explain(exc: ValidationError) -> str:
     lines = []
-    known = ", ".join(sorted(TrainConfig.model_fields))
     for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ())) or "config"
-        if err.get("type") == "extra_forbidden":
-            lines.append(f"unknown key {where!r}. Known keys: {known}")
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in loc) or "config"
+        if err.get("type") == "extra_forbidden" and loc:
+            lines.append(_unknown_key(loc))
         else:
             lines.append(f"{where}: {err.get('msg')}")
     return "invalid training config:\n  " + "\n  ".join(lines)

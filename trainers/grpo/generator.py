@@ -29,7 +29,7 @@ from typing import Any
 
 from trainers.grpo.sampler import RepeatSampler, rank_groups
 from verifiers.envs.environment import Environment
-from verifiers.errors import VFError
+from verifiers.errors import ConfigError, VFError
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.rollout.runner import run_rollouts
 from verifiers.types import GenerateOutputs, RolloutResult
@@ -50,6 +50,30 @@ class RolloutBatch:
 
 def sample_seed(run_seed: int, batch_id: int, row: int) -> int:
     return (run_seed * 1_000_003 + batch_id * 10_007 + row) % (2**31 - 1)
+
+
+_CONFIG_NAMES = (("batch_size", "prompts_per_step"), ("mini_repeat_count", "num_generations"), ("seed", "seed"))
+"""Sampler settings and the `TrainConfig` keys they come from, for messages users can act on."""
+
+
+def check_resumable(saved: dict[str, Any], sampler: RepeatSampler) -> None:
+    """Refuse a checkpoint drawn with another batch shape or dataset, in the config's own words.
+
+    The sampler itself would refuse too, but naming its internal settings (``batch_size``,
+    ``mini_repeat_count``) that appear nowhere in a training config.
+    """
+    for internal, key in _CONFIG_NAMES:
+        if internal in saved and saved[internal] != getattr(sampler, internal):
+            raise ConfigError(
+                f"the checkpoint was saved with {key} = {saved[internal]!r}, this run has {key} = "
+                f"{getattr(sampler, internal)!r}: resume with {key} = {saved[internal]!r}, or train into a new "
+                "output_dir"
+            )
+    if "num_samples" in saved and saved["num_samples"] != sampler.num_samples:
+        raise ConfigError(
+            f"the checkpoint's run had {saved['num_samples']} training prompts, this run has {sampler.num_samples}: "
+            "resume with the same env_id, env_args and max_prompt_len, or train into a new output_dir"
+        )
 
 
 class BatchGenerator:
@@ -127,6 +151,7 @@ class BatchGenerator:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cancel_pending()
+        check_resumable(state["sampler"], self.sampler)
         self._next_id = int(state["next_batch_id"])
         self.sampler.load_state_dict(state["sampler"])
         self._it = iter(self.sampler)

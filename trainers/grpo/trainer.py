@@ -114,7 +114,15 @@ class GRPOTrainer:
             with self.dist.main_first():  # rank 0 builds it, the others load what it wrote
                 if self.dist.is_main and not (Path(path) / "config.json").is_file():
                     save_tiny_model(path, TinyModelSpec(**self.cfg.tiny_model.model_dump()))
-        return path
+            return path
+        resolved = getattr(self, "_resolved_model", None)
+        if resolved is None:  # a directory, or a Hugging Face id fetched into its cache (rank 0 first)
+            from verifiers.inference.model_source import resolve_model
+
+            with self.dist.main_first():
+                resolved = str(resolve_model(path, log=self._print_main))
+            self._resolved_model = resolved
+        return resolved
 
     def _load_model(self) -> tuple[Any, Any]:
         from verifiers.inference.loading import load_model_and_tokenizer
@@ -767,6 +775,11 @@ class GRPOTrainer:
             masks_truncated=self.preset.mask_truncated_completions, filters_groups=self.preset.filter_zero_std_groups,
         )
         self.watch.banner(self._banner_facts())
+        from verifiers.inference.devices import unused_gpu_note
+
+        note = unused_gpu_note(str(self.device), "vf-train trains on the GPU whenever torch can use one")
+        if note:
+            self._print_main(note)
         last_groups: list[list[RolloutResult]] = []
         unsynced: dict[str, float] | None = None
         try:
@@ -818,7 +831,8 @@ class GRPOTrainer:
                     self.watch.step(self.step, metrics)
                     self.reward_history.append(metrics["reward"])
                     last_groups = groups
-                    if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                    # A step with an evaluation is always logged: its eval/* values are not in any other row.
+                    if self.step % cfg.log_every == 0 or self.step == cfg.max_steps or "eval/reward" in metrics:
                         logger.log(self.step, metrics)
                     progress.update(task, completed=self.step,
                                     info=f"reward {metrics['reward']:.3f} loss {metrics.get('loss', 0.0):+.4f}")

@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace a published wheel of the same version whose contents changed (default: refuse)",
     )
+    p.add_argument(
+        "--no-verifiers",
+        action="store_true",
+        help="do not publish a wheel of this verifiers next to the environments (default: publish it, so "
+        "installs from the hub never take the unrelated 'verifiers' on PyPI)",
+    )
     return p
 
 
@@ -50,15 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dirs = [resolve_environment_dir(spec, root) for spec in args.envs]
         result = build_hub(
-            dirs or None, Path(args.out), environments_dir=root, python=args.python, overwrite=args.overwrite
+            dirs or None, Path(args.out), environments_dir=root, python=args.python, overwrite=args.overwrite,
+            include_verifiers=not args.no_verifiers,
         )
     except VFError as exc:
         print(f"vf-build: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     for f in result.built:
         print(f"built {f.project} {f.version}: {f.filename}  sha256={f.sha256[:12]}...")
-    projects = sorted({f.project for f in result.files})
-    print(f"\nHub at {result.hub_dir}: {len(result.files)} wheel(s) of {len(projects)} environment(s).")
+    projects = sorted({f.project for f in result.files} - {"verifiers"})
+    with_self = any(f.project == "verifiers" for f in result.files)
+    print(f"\nHub at {result.hub_dir}: {len(result.files)} wheel(s) of {len(projects)} environment(s)"
+          + (" and of verifiers itself." if with_self else "."))
     print(
         "Serve it with any static file server, e.g.\n"
         f"  python -m http.server --directory {args.out} 8000\n"

@@ -1,17 +1,27 @@
-"""``vf-serve MODEL_DIR``: the embedded OpenAI-compatible server on transformers."""
+"""``vf-serve MODEL``: the embedded OpenAI-compatible server on transformers.
+
+The port is bound before the model loads (a taken port fails at once, in one line), the
+"serving on" line is printed once the socket listens, and while requests come in a
+throughput line is printed every ``--stats-every`` seconds (``--log-requests`` adds a line
+per request, ``--quiet`` silences both).
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 from pathlib import Path
 
+from verifiers.cli.extras import missing_train_module, train_extra_message
 from verifiers.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="vf-serve", description="Serve a transformers model over the OpenAI API.")
-    ap.add_argument("model_dir", help="directory written by save_pretrained (e.g. by vf-tiny)")
+    ap.add_argument("model_dir", metavar="MODEL",
+                    help="directory written by save_pretrained (e.g. by vf-tiny), or a Hugging Face model id")
     ap.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--served-model-name", nargs="+", default=None,
@@ -40,45 +50,73 @@ def build_parser() -> argparse.ArgumentParser:
                          "until they fit (default: max-batch-size x max-model-len, on a GPU at most half its free memory)")
     ap.add_argument("--max-prefill-tokens", type=int, default=8192,
                     help="new tokens one prefill forward may process; longer prompts are prefilled in chunks")
+    ap.add_argument("--log-requests", action="store_true",
+                    help="print a line per request: method, path, status, seconds, completion tokens")
+    ap.add_argument("--quiet", action="store_true", help="no throughput lines (and no request lines)")
+    ap.add_argument("--stats-every", type=float, default=10.0,
+                    help="seconds between throughput lines while requests come in (default 10; idle: none)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        return _serve(args)
+    except ImportError as exc:
+        module = missing_train_module(exc)
+        if module is None:
+            raise  # a broken import elsewhere is a bug to see, not a missing extra
+        print(train_extra_message("vf-serve", module), file=sys.stderr)
+        return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
     from verifiers.inference.loading import check_model_dir
+    from verifiers.inference.model_source import resolve_model
 
     problem = _check_limits(args)
     if problem:
         print(f"vf-serve: {problem}", file=sys.stderr)
         return 2
-
     try:  # before importing torch, so a typo in the path fails at once
-        check_model_dir(args.model_dir, args.dtype)
+        model_dir = resolve_model(args.model_dir, log=lambda line: print(f"vf-serve: {line}", file=sys.stderr))
+        check_model_dir(model_dir, args.dtype)
     except ConfigError as exc:
         print(f"vf-serve: {exc}", file=sys.stderr)
         return 2
-    try:
-        from verifiers.inference.engine import InferenceEngine
-    except ImportError as exc:  # torch/transformers live behind the `train` extra
-        print(f"vf-serve needs the train extra: pip install 'verifiers[train]' ({exc})", file=sys.stderr)
+    try:  # bound before the model loads: a taken port fails in a second, not after the load
+        from verifiers.inference.devices import check_device
+
+        check_device(args.device)
+        sock = bind_socket(args.host, args.port)
+    except ConfigError as exc:
+        print(f"vf-serve: {exc}", file=sys.stderr)
         return 2
+    with sock:
+        return _load_and_serve(args, model_dir, sock)
+
+
+def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.socket) -> int:
     import uvicorn
     from transformers.utils import logging as hf_logging
 
+    from verifiers.inference.access_log import RequestLog, ThroughputMeter
+    from verifiers.inference.devices import unused_gpu_note
+    from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.server import DEFAULT_MAX_REQUEST_BYTES, create_app
 
     hf_logging.disable_progress_bar()  # the server prints its own one-line banner
     try:
         engine = InferenceEngine.from_pretrained(
-            args.model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
+            model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
             max_model_len=args.max_model_len, seed=args.seed, logprobs_mode=args.logprobs_mode,
             max_kv_tokens=args.max_kv_tokens, max_prefill_tokens=args.max_prefill_tokens,
         )
-    except ConfigError as exc:
-        print(f"vf-serve: {exc}", file=sys.stderr)
-        return 2
-    names = args.served_model_name or [Path(args.model_dir).resolve().name]
-    try:
+        note = unused_gpu_note(args.device, "add --device cuda")
+        if note:
+            print(f"vf-serve: {note}", file=sys.stderr)
+        default_name = Path(args.model_dir).resolve().name if Path(args.model_dir).exists() else args.model_dir
+        names = args.served_model_name or [default_name]
         app = create_app(engine, names, api_key=args.api_key, reload_dir=args.reload_dir,
                          max_request_bytes=args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES)
     except ConfigError as exc:
@@ -88,12 +126,57 @@ def main(argv: list[str] | None = None) -> int:
         print("vf-serve: warning: no --api-key: anyone who can reach this port can generate and "
               "/weights/reload from any path this process can read" + ("" if args.reload_dir else
               " (see --reload-dir)"), file=sys.stderr)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    meter = None if args.quiet else ThroughputMeter(say, every_s=args.stats_every)
+    logged = RequestLog(app, emit=say if args.log_requests else None, meter=meter)
+    host, port = sock.getsockname()[:2]
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening now: a client that reads this line can connect
+                say(f"serving {names[0]} on http://{_url_host(host)}:{port}/v1")
+
+    config = uvicorn.Config(logged, log_level="warning", access_log=False, limit_concurrency=args.limit_concurrency,
+                            timeout_keep_alive=args.timeout_keep_alive,
+                            h11_max_incomplete_event_size=args.max_header_bytes)
     with engine:
-        print(f"serving {names[0]} on http://{args.host}:{args.port}/v1", flush=True)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                    limit_concurrency=args.limit_concurrency, timeout_keep_alive=args.timeout_keep_alive,
-                    h11_max_incomplete_event_size=args.max_header_bytes)
+        if meter is not None:
+            meter.start()
+        try:
+            Server(config).run(sockets=[sock])
+        finally:
+            if meter is not None:
+                meter.stop()
     return 0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or `ConfigError` naming the port and the fix.
+
+    Listening from the start holds the port while the model loads; clients that connect
+    meanwhile wait in the backlog and are answered once the server runs.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers of a previous run
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is already in use (another vf-serve?): stop that "
+                              "process or choose another port with --port") from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; check --host and --port") from None
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _check_limits(args: argparse.Namespace) -> str | None:

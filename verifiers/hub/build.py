@@ -34,6 +34,7 @@ __all__ = [
     "BuildResult",
     "build_backend",
     "build_hub",
+    "build_verifiers_wheel",
     "build_wheel",
     "can_import",
     "copy_package",
@@ -41,6 +42,7 @@ __all__ = [
     "output_tail",
     "read_pyproject",
     "resolve_environment_dir",
+    "verifiers_source_dir",
 ]
 
 DEFAULT_ENVIRONMENTS_DIR = Path("environments")
@@ -167,6 +169,48 @@ def build_wheel(
     return target
 
 
+_VERIFIERS_SOURCE = ("pyproject.toml", "README.md", "verifiers", "trainers")
+
+
+def verifiers_source_dir() -> Path | None:
+    """The source tree this `verifiers` was imported from (a clone), or None when it came from a wheel."""
+    import verifiers
+
+    root = Path(verifiers.__file__).resolve().parent.parent
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    try:
+        name = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name")
+    except tomllib.TOMLDecodeError:
+        return None
+    return root if name == "verifiers" else None
+
+
+def build_verifiers_wheel(out_dir: Path, *, python: str | None = None) -> Path:
+    """A wheel of this toolkit's own `verifiers`, built from its source tree.
+
+    Published next to the environments, it is what their ``dependencies = ["verifiers"]``
+    resolve to on the hub, so an install never falls through to the unrelated project of the
+    same name on PyPI. Only the package sources are copied (not tests, outputs or venvs).
+    """
+    root = verifiers_source_dir()
+    if root is None:
+        raise ConfigError(
+            "this verifiers was not installed from a source tree, so vf-build cannot build its wheel; run "
+            "vf-build from a clone's environment (pip install -e .), or pass --no-verifiers"
+        )
+    with tempfile.TemporaryDirectory(prefix="vf-self-") as tmp:
+        src = Path(tmp) / "verifiers-src"
+        src.mkdir()
+        for name in _VERIFIERS_SOURCE:
+            if (root / name).is_dir():
+                shutil.copytree(root / name, src / name, ignore=_COPY_IGNORE)
+            elif (root / name).is_file():
+                shutil.copyfile(root / name, src / name)
+        return build_wheel(src, out_dir, python=python)
+
+
 def build_hub(
     env_dirs: Sequence[Path] | None = None,
     hub_dir: Path = DEFAULT_HUB_DIR,
@@ -174,11 +218,13 @@ def build_hub(
     environments_dir: Path = DEFAULT_ENVIRONMENTS_DIR,
     python: str | None = None,
     overwrite: bool = False,
+    include_verifiers: bool = False,
 ) -> BuildResult:
     """Build wheels of ``env_dirs`` (default: every package under ``environments_dir``) into ``hub_dir``.
 
     Wheels are added to ``<hub>/files`` next to what is already there, and the PEP 503
-    index under ``<hub>/simple`` is rewritten; see `verifiers.hub.index`.
+    index under ``<hub>/simple`` is rewritten; see `verifiers.hub.index`. ``include_verifiers``
+    adds a wheel of this `verifiers` itself (`build_verifiers_wheel`; `vf-build` does by default).
     """
     dirs = list(env_dirs) if env_dirs else find_environment_dirs(environments_dir)
     if not dirs:
@@ -188,6 +234,8 @@ def build_hub(
         )
     with tempfile.TemporaryDirectory(prefix="vf-wheels-") as tmp:
         wheels = [build_wheel(d, Path(tmp), python=python) for d in dirs]
+        if include_verifiers:
+            wheels.append(build_verifiers_wheel(Path(tmp), python=python))
         files = add_wheels(Path(hub_dir), wheels, overwrite=overwrite)
     names = {w.name for w in wheels}
     return BuildResult(

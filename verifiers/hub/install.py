@@ -355,8 +355,38 @@ def _pip_command(
     return [*cmd, target.requirement]
 
 
+_INSTALLED_VERSION = (
+    "import importlib.metadata as m\ntry:\n    print(m.version('verifiers'))\nexcept m.PackageNotFoundError:\n"
+    "    pass\n"
+)
+
+
+def verifiers_pin(python: str) -> str:
+    """``verifiers==VERSION``: the one installed in ``python``, else this one.
+
+    Written as a pip constraint whenever other indexes than the hub are searched: PyPI's
+    ``verifiers`` is an unrelated project whose versions sort higher than ours, and pip takes
+    the highest version across all indexes. Our versions carry a local label (``+vf``) that
+    PyPI cannot hold, so the pin matches this toolkit only.
+    """
+    proc = subprocess.run([python, "-c", _INSTALLED_VERSION], capture_output=True, text=True, check=False)
+    installed = proc.stdout.strip() if proc.returncode == 0 else ""
+    if not installed:
+        import verifiers
+
+        installed = verifiers.__version__
+    return f"verifiers=={installed}"
+
+
 def _pip_hint(target: InstallTarget, output: str) -> str:
     missing = _MISSING_RE.findall(output)
+    if "verifiers" in {normalize_project_name(m) for m in missing}:
+        return (
+            "The hub has no wheel of verifiers itself: rebuild it with `vf-build` (it publishes this verifiers "
+            "next to the environments), or install verifiers into that interpreter first "
+            "(`PYTHON -m pip install -e PATH/TO/CLONE`). Do not add PyPI for it: PyPI's 'verifiers' is a "
+            "different project."
+        )
     if "No module named pip" in output:
         return "The interpreter has no pip: run `PYTHON -m ensurepip` first."
     if "no such option: --report" in output:
@@ -584,6 +614,10 @@ def install_environment(
             no_deps=no_deps,
             force_reinstall=force_reinstall,
         )
+        if (extra or use_pip_config) and not no_deps:  # other indexes: keep PyPI's 'verifiers' out
+            constraints = Path(tmp) / "constraints.txt"
+            constraints.write_text(verifiers_pin(python) + "\n", encoding="utf-8")
+            cmd[-1:-1] = ["-c", str(constraints)]
         env = pip_environment(environ, use_pip_config=use_pip_config)
         if stream_output:
             proc = subprocess.run(cmd, check=False, env=env)

@@ -1,0 +1,109 @@
+"""vf-serve as a user meets it: a real process, its banner, its log lines and its one-line errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+SERVE = [sys.executable, "-m", "verifiers.cli.serve"]
+
+
+def _read_until(path: Path, needle: str, proc: subprocess.Popen[str], timeout_s: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = path.read_text()
+        if needle in text:
+            return text
+        if proc.poll() is not None:
+            raise AssertionError(f"vf-serve exited with {proc.returncode}:\n{text}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {needle!r} within {timeout_s}s:\n{path.read_text()}")
+
+
+def test_banner_after_listening_then_request_and_throughput_lines(tiny_dir: Path, procs: Any, tmp_path: Path) -> None:
+    port = procs.free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*SERVE, str(tiny_dir), "--port", str(port), "--served-model-name", "tiny",
+                                 "--log-requests", "--stats-every", "0.5"], stdout=out, stderr=subprocess.STDOUT,
+                                text=True)
+    try:
+        _read_until(log, "serving tiny on", proc)
+        # The line promises a listening server: the first request right after it succeeds.
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0, timeout=60)
+        try:
+            r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=5, temperature=0)
+        finally:
+            client.close()
+        assert r.usage is not None
+        text = _read_until(log, "throughput: 1 requests,", proc)
+        assert f"serving tiny on http://127.0.0.1:{port}/v1" in text
+        assert "POST /v1/chat/completions 200 " in text and f" {r.usage.completion_tokens} tokens" in text
+        line = next(ln for ln in text.splitlines() if ln.startswith("throughput: 1 requests"))
+        assert line.startswith(f"throughput: 1 requests, {r.usage.completion_tokens} tokens generated")
+        assert line.endswith("0 in flight")
+        seen = text.count("throughput:")
+        time.sleep(1.2)  # idle windows print nothing
+        assert log.read_text().count("throughput:") == seen
+    finally:
+        procs.stop_process(proc)
+
+
+def test_a_taken_port_is_one_line_and_exit_2(tiny_dir: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        start = time.monotonic()
+        done = subprocess.run([*SERVE, str(tiny_dir), "--port", str(port)], capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"vf-serve: port {port} on 127.0.0.1 is already in use (another vf-serve?): "
+                                   "stop that process or choose another port with --port")
+    assert "serving" not in done.stdout
+    assert time.monotonic() - start < 60  # refused before the model loads
+
+
+@pytest.mark.parametrize("prog", ["verifiers.cli.serve", "verifiers.cli.tiny"])
+def test_without_the_train_extra_the_command_names_it(prog: str, tiny_dir: Path, tmp_path: Path) -> None:
+    # torch and transformers made unimportable, as in an install without the extra.
+    arg = {"verifiers.cli.serve": str(tiny_dir), "verifiers.cli.tiny": str(tmp_path / "m")}[prog]
+    code = ("import runpy, sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
+            f"sys.argv = ['x', {arg!r}]; runpy.run_module({prog!r}, run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    name = {"verifiers.cli.serve": "vf-serve", "verifiers.cli.tiny": "vf-tiny"}[prog]
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f'{name} needs the train extra: pip install "verifiers[train]" (missing: ')
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_hugging_face_id_offline_says_so(tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([*SERVE, "vf-test-org/no-such-model", "--port", "1"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "'vf-test-org/no-such-model' is not a local directory and not in the Hugging Face cache" in done.stderr
+    assert "HF_HUB_OFFLINE is set" in done.stderr and "hf download vf-test-org/no-such-model" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_device_cuda_with_a_cpu_only_torch_is_one_line(tiny_dir: Path, procs: Any) -> None:
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch is a CUDA build")
+    done = subprocess.run([*SERVE, str(tiny_dir), "--device", "cuda", "--port", str(procs.free_port())],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    lines = [ln for ln in done.stderr.splitlines() if not ln.startswith("vf-serve: warning")]
+    assert lines == [f"vf-serve: --device cuda, but torch {torch.__version__} is a CPU-only build: install a CUDA "
+                     "build of torch (`pip install torch` from PyPI, see docs/install.md), or use --device cpu"]

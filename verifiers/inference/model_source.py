@@ -1,0 +1,85 @@
+"""Where a model comes from: a local ``save_pretrained`` directory, or a Hugging Face hub id.
+
+`vf-train`'s ``model`` and `vf-serve`'s ``MODEL`` take either. A string naming an existing
+directory is that directory; one that does not exist but reads like a hub id
+(``org/name`` or ``name``) is fetched into the Hugging Face cache with ``huggingface_hub``
+(already cached files are used offline). Every failure is a `ConfigError` that says which
+of the two was meant and how to fix it, instead of a transformers traceback about a
+missing ``config.json``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from verifiers.errors import ConfigError
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+# What a causal LM needs to load: config, weights, tokenizer, chat template, generation config.
+_ALLOW = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja", "tokenizer*"]
+
+
+def looks_like_hub_id(spec: str) -> bool:
+    """``Qwen/Qwen2.5-0.5B-Instruct`` or ``gpt2``; not ``./x``, ``/abs/x``, ``a/b/c`` or ``~/x``."""
+    return bool(_HUB_ID.match(spec)) and ".." not in spec
+
+
+def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Path:
+    """A local directory holding ``spec``'s model: ``spec`` itself, or its hub snapshot."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path  # check_model_dir says what is wrong with it, if anything
+    if not looks_like_hub_id(spec):
+        raise ConfigError(
+            f"{spec} is not a saved model directory (it does not exist): pass a directory written by save_pretrained "
+            "(e.g. by `vf-tiny DIR`) "
+            "or a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
+        )
+    return download_model(spec, log=log)
+
+
+def download_model(repo_id: str, *, log: Callable[[str], None] | None = None) -> Path:
+    """``huggingface_hub.snapshot_download`` of the files a causal LM needs, errors in plain words."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HFValidationError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:
+        raise ConfigError(
+            f"model {repo_id!r} is not a local directory, and downloading it from the Hugging Face hub needs "
+            'huggingface_hub, which comes with the train extra: pip install "verifiers[train]"'
+        ) from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    if log is not None:
+        log(f"model {repo_id!r} is not a local directory: " + (
+            "looking for it in the Hugging Face cache (HF_HUB_OFFLINE is set)" if offline
+            else "fetching it from the Hugging Face hub (cached files are reused)"))
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=_ALLOW))
+    except GatedRepoError:
+        raise ConfigError(
+            f"model {repo_id!r} is gated on the Hugging Face hub: accept its terms on huggingface.co, then log in "
+            "with `hf auth login` (or set HF_TOKEN)"
+        ) from None
+    except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError):
+        raise ConfigError(
+            f"no model {repo_id!r} on the Hugging Face hub and no such local directory: check the spelling "
+            "(ids look like 'org/name'), or log in with `hf auth login` if it is private"
+        ) from None
+    except LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached from here"
+        raise ConfigError(
+            f"model {repo_id!r} is not a local directory and not in the Hugging Face cache, and {why}. "
+            f"On a machine with internet run `hf download {repo_id}` (the cache is ~/.cache/huggingface, or "
+            "HF_HOME), or pass a directory written by save_pretrained"
+        ) from None
+    except OSError as exc:  # connection errors that the client did not wrap
+        raise ConfigError(f"downloading model {repo_id!r} from the Hugging Face hub failed: {exc}") from None
