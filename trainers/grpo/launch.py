@@ -54,7 +54,7 @@ def cpu_launch_request() -> int | None:
 
         parent = psutil.Process().parent()
         n = launcher_num_processes(parent.cmdline()) if parent is not None else None
-    except Exception:  # noqa: BLE001 - any failure to read the parent means "unknown"
+    except Exception:
         n = None
     if n is None:
         raise ConfigError(
