@@ -1,8 +1,10 @@
 """``vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]]``.
 
 Several processes (data parallel, embedded engine per process): ``accelerate launch
---multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``; ``prompts_per_step`` is
-the global number of prompts and must be divisible by N.
+--multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``, ``accelerate launch --cpu
+--num_processes N ...`` or ``vf-train CONFIG.toml --num_processes N`` (both relaunch through
+accelerate, `trainers.grpo.launch`); ``prompts_per_step`` is the global number of prompts and
+must be divisible by N. Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def cpu_launch_request() -> int | None:
 
         parent = psutil.Process().parent()
         n = launcher_num_processes(parent.cmdline()) if parent is not None else None
-    except Exception:
+    except Exception:  # no parent, no permission, an unfamiliar launcher: the count is unknown
         n = None
     if n is None:
         raise ConfigError(
