@@ -65,7 +65,6 @@ class WorkerSpec:
     rollout_timeout_s: float | None
     put_timeout_s: float
     request_timeout_s: float = 600.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class RolloutWorker:
@@ -78,7 +77,7 @@ class RolloutWorker:
         self.store = store
         self.index = index
         self.env: Environment = vf.load_environment(spec.env_id, **spec.env_args)
-        self.client = vf.make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s, max_retries=0)
+        self.client = vf.make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
         self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
 
     async def run_group(self, inputs: list[RolloutInput], policy_version: int) -> GroupReport:
