@@ -71,11 +71,17 @@ def child_env(env_dir: Path) -> dict[str, str]:
     return env
 
 
-def accelerate_launch(args: list[str], env_dir: Path, log: Path, timeout_s: float = 240.0) -> tuple[int, str]:
-    """Run ``accelerate launch`` with 2 processes on 127.0.0.1; on timeout kill the launched group only."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port()), *args]
+def accelerate_launch(args: list[str], env_dir: Path, log: Path, timeout_s: float = 240.0,
+                      cpu: bool = False) -> tuple[int, str]:
+    """Run ``accelerate launch`` with 2 processes on 127.0.0.1; on timeout kill the launched group only.
+
+    ``cpu``: the ``accelerate launch --cpu --num_processes 2`` form, where accelerate starts one
+    process and vf-train relaunches itself as two (trainers/grpo/launch.py).
+    """
+    common = ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    form = ["--cpu", *common] if cpu else ["--multi_gpu", *common, "--main_process_ip", "127.0.0.1",
+                                           "--main_process_port", str(free_port())]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *form, *args]
     with log.open("w+") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=child_env(env_dir),
                                 start_new_session=True)
@@ -127,7 +133,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path) -> Runs:
     two = root / "two"
     toml = root / "two.toml"
     toml.write_text(to_toml({**SETTINGS, "output_dir": str(two)}))
-    code, output = accelerate_launch(["-m", "trainers.grpo.cli", str(toml)], dense_env_dir, root / "two.log")
+    code, output = accelerate_launch(["-m", "trainers.grpo.cli", str(toml)], dense_env_dir, root / "two.log", cpu=True)
     assert code == 0, output[-4000:]
     before = torch.get_num_threads()
     try:
@@ -199,6 +205,30 @@ def test_two_processes_refuse_what_they_cannot_split(
     with pytest.raises(ConfigError, match=message):
         trainer.setup()
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_accelerate_cpu_launch_asks_for_its_process_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``accelerate launch --cpu --num_processes N`` starts one process; vf-train reads N from the launcher's
+    arguments, and says how to launch when it cannot."""
+    from trainers.grpo import launch
+
+    cmd = ["/venv/bin/python", "/venv/bin/accelerate", "launch", "--cpu", "--num_processes", "3", "-m",
+           "trainers.grpo.cli", "c.toml", "--num_processes", "9"]
+    assert launch.launcher_num_processes(cmd) == 3  # the launcher's flag, not the script's
+    assert launch.launcher_num_processes(["python", "-m", "accelerate.commands.launch", "--cpu",
+                                          "--num_processes=2", "x.py"]) == 2
+    assert launch.launcher_num_processes(["python", "train.py"]) is None
+    for k in ("WORLD_SIZE", "ACCELERATE_USE_CPU", "MASTER_ADDR"):
+        monkeypatch.delenv(k, raising=False)
+    assert launch.cpu_launch_request() is None  # not under accelerate: one process, as asked
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # accelerate's sign that several processes were asked for
+    with pytest.raises(ConfigError, match="--num_processes N"):  # this test's parent is no accelerate launcher
+        launch.cpu_launch_request()
+    args = ["c.toml", "--num_processes", "2", "--seed", "1"]
+    assert launch.pop_num_processes(args) == 2 and args == ["c.toml", "--seed", "1"]
+    with pytest.raises(ConfigError, match="positive integer"):
+        launch.pop_num_processes(["--num_processes", "two"])
 
 
 # -- the launched run ------------------------------------------------------------------------

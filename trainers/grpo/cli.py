@@ -1,13 +1,16 @@
 """``vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]]``.
 
 Several processes (data parallel, embedded engine per process): ``accelerate launch
---multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``; ``prompts_per_step`` is
-the global number of prompts and must be divisible by N.
+--multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``, ``accelerate launch --cpu
+--num_processes N ...`` or ``vf-train CONFIG.toml --num_processes N`` (both relaunch through
+accelerate, `trainers.grpo.launch`); ``prompts_per_step`` is the global number of prompts and
+must be divisible by N. Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -15,13 +18,26 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR]]\n"
+            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR]] [--num_processes N]\n"
             "  several GPUs: accelerate launch --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml\n"
             "  against vLLM: --base_url http://127.0.0.1:8000/v1[,http://...] (servers from vf-vllm), or [vllm] in the config\n"
             "  every TrainConfig field can be overridden, e.g. --learning_rate 1e-4 --tiny_model.hidden_size 128\n"
             "  examples: examples/configs/*.toml; fields: docs/training.md"
         )
         return 0 if args else 2
+    from verifiers.errors import ConfigError
+
+    try:  # several processes: relaunch this command under accelerate (trainers/grpo/launch.py)
+        from trainers.grpo.launch import cpu_launch_request, pop_num_processes, relaunch
+
+        n, cpu = pop_num_processes(args), False
+        if n is None:
+            n, cpu = cpu_launch_request(), True
+    except ConfigError as exc:
+        print(f"vf-train: {exc}", file=sys.stderr)
+        return 2
+    if n is not None and n > 1 and "WORLD_SIZE" not in os.environ:
+        return relaunch(n, args, cpu=cpu)
     resume: str | bool = False
     if "--resume" in args:
         i = args.index("--resume")
@@ -32,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             resume = True
             del args[i]
     path, overrides = (None, args) if args[0].startswith("--") else (args[0], args[1:])
-    from verifiers.errors import ConfigError, RubricError, ServerError
+    from verifiers.errors import RubricError, ServerError
 
     try:
         from trainers.grpo.config import load_config

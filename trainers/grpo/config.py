@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trainers.grpo.ray_config import RayConfig
 from verifiers.errors import ConfigError
 
 
@@ -92,6 +93,7 @@ class TrainConfig(BaseModel):
     base_url: str | list[str] | None = Field(
         None, description="external OpenAI-compatible server(s); several = vLLM replicas; default: embedded")
     vllm: ManagedVLLMConfig | None = Field(None, description="start vLLM servers for this run (instead of base_url)")
+    ray: RayConfig | None = Field(None, description="rollout workers and the experience store on Ray")
     server_type: Literal["auto", "vllm", "vf-serve"] = Field("auto", description="auto: ask the server")
     weight_sync: Literal["auto", "reload", "nccl", "lora"] = Field(
         "auto", description="vLLM: nccl (GPU trainer, remote servers) or reload (same machine); lora = adapter only")

@@ -101,6 +101,7 @@ class GRPOTrainer:
         self.step = 0
         self.version = 0
         self.dist = Dist()  # one process until `setup` joins a launched run
+        self.ray: Any = None  # `RayRollouts` when the config has [ray]
         self._stop_requested = False
         self._committing = False
 
@@ -225,16 +226,19 @@ class GRPOTrainer:
         if cfg.top_k > 0:
             sampling["extra_body"]["top_k"] = cfg.top_k
         self.sampling_args = sampling
-        self.generator = BatchGenerator(
-            env, rows, make_client=self.sync.make_client, model_name=self.sync.model_name, sampling_args=sampling,
-            prompts_per_step=cfg.prompts_per_step, num_generations=cfg.num_generations, seed=cfg.seed,
-            max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
-            timeout_s=cfg.generation_timeout_s, rank=self.dist.rank, world_size=self.dist.world_size,
-        )
-        self.store = ExperienceStore(
-            consumers=("trainer",), columns=COLUMNS, max_staleness=cfg.max_staleness,
-            filter_zero_std=self.preset.filter_zero_std_groups, seed=cfg.seed,
-        )
+        store_kwargs = {"consumers": ("trainer",), "columns": COLUMNS, "max_staleness": cfg.max_staleness,
+                        "filter_zero_std": self.preset.filter_zero_std_groups, "seed": cfg.seed}
+        if cfg.ray is not None:  # rollouts on Ray workers, the store a Ray actor (trainers/grpo/ray_rollouts.py)
+            self.ray = self._start_ray(env, rows, sampling, store_kwargs)
+            self.generator, self.store = self.ray.generator, self.ray.store
+        else:
+            self.generator = BatchGenerator(
+                env, rows, make_client=self.sync.make_client, model_name=self.sync.model_name, sampling_args=sampling,
+                prompts_per_step=cfg.prompts_per_step, num_generations=cfg.num_generations, seed=cfg.seed,
+                max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
+                timeout_s=cfg.generation_timeout_s, rank=self.dist.rank, world_size=self.dist.world_size,
+            )
+            self.store = ExperienceStore(**store_kwargs)
         self.expert: list[TrainRow] = []
         if self.preset.mix is not None:
             self.expert = self._load_expert()
@@ -265,6 +269,20 @@ class GRPOTrainer:
             )
         if not self.dist.is_main:
             self.console.quiet = True
+
+    def _start_ray(self, env: Any, rows: list[dict[str, Any]], sampling: dict[str, Any],
+                   store_kwargs: dict[str, Any]) -> Any:
+        """``[ray]``: serve the embedded engine to Ray rollout workers; the store becomes an actor."""
+        from trainers.grpo.ray_rollouts import start_ray_rollouts
+        from trainers.grpo.weight_sync import SharedEngineSync
+
+        if self.dist.active:
+            raise ConfigError(f"[ray] with {self.dist.world_size} training processes is not supported yet: "
+                              "train in one process with Ray rollout workers, or drop [ray] under accelerate launch")
+        if not isinstance(self.sync, SharedEngineSync):
+            raise ConfigError("[ray] serves the trainer's embedded engine to the rollout workers: "
+                              "remove base_url / [vllm] from the config, or drop [ray]")
+        return start_ray_rollouts(self.cfg, env, rows, self.sync.engine, sampling, store_kwargs=store_kwargs)
 
     def _ddp_kwargs(self) -> list[Any]:
         """DDP without buffer broadcasts: each one is a collective inside every forward pass, and
@@ -359,6 +377,15 @@ class GRPOTrainer:
         return list(groups.values()), list(got.policy_versions), info
 
     def _store_batch(self, batch: RolloutBatch) -> None:
+        reports = getattr(batch, "reports", None)
+        if reports is not None:  # Ray workers already put these groups into the store actor
+            from trainers.grpo.ray_rollouts import merge_failures
+
+            self._check_scoring(merge_failures([r.failures for r in reports]))
+            for rep in reports:
+                if rep.status == "filtered":
+                    self._filtered_rewards.extend(rep.rewards)
+            return
         self._check_scoring(ScoringFailures.of(batch.results))
         by_group: dict[int, list[RolloutResult]] = {}
         for r in batch.results:
@@ -723,6 +750,10 @@ class GRPOTrainer:
         finally:
             # Whatever ended the run: the sync's resources (a weight copy in /dev/shm, an NCCL
             # group, the engine thread) are released and managed vLLM servers do not outlive it.
+            ray_run = getattr(self, "ray", None)
+            if ray_run is not None:  # workers, store actor, the engine's HTTP server; Ray if we started it
+                with contextlib.suppress(Exception):
+                    ray_run.close()
             sync = getattr(self, "sync", None)
             if sync is not None:
                 with contextlib.suppress(Exception):
@@ -824,6 +855,8 @@ class GRPOTrainer:
                     metrics["time/train_s"] = time.perf_counter() - t_train
                     metrics["time/step_s"] = time.perf_counter() - t_step
                     metrics["refills"] = info["refills"]
+                    if cfg.ray is not None:  # groups rerun because their worker died (cumulative)
+                        metrics["ray/retried_groups"] = float(self.generator.retried_groups)
                     if cfg.eval_every and self.step % cfg.eval_every == 0 and self.dist.is_main:
                         metrics.update(self._evaluate())
                         self._print_main(f"eval at step {self.step}: reward {metrics['eval/reward']:.4f} "

@@ -1,0 +1,97 @@
+"""Starting N training processes: ``vf-train --num_processes N`` and ``accelerate launch --cpu``.
+
+Both end in accelerate's own multi-process launcher (torchrun underneath), which starts N
+processes that join one process group: NCCL on GPUs, gloo on the CPU.
+
+``accelerate launch --cpu --num_processes N`` alone starts *one* process: accelerate leaves
+several CPU processes to ``mpirun`` (``--mpirun_hostfile``) and only records, by setting
+``MASTER_ADDR``, that more than one was asked for. The trainer would then silently train
+alone. So when this process finds itself in that situation, it reads the launcher's own
+arguments (its parent's command line, parsed by accelerate's parser) and relaunches itself
+with N processes on this machine; without the count it stops with a message saying how to
+launch instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from verifiers.errors import ConfigError
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "yes")
+
+
+def launcher_num_processes(cmdline: Sequence[str]) -> int | None:
+    """``--num_processes`` of an ``accelerate launch`` command line, via accelerate's own parser."""
+    from accelerate.commands.launch import launch_command_parser
+
+    for i, tok in enumerate(cmdline):
+        if tok == "launch" or tok.endswith("accelerate.commands.launch") or tok.endswith("accelerate_cli.py"):
+            rest = list(cmdline[i + 1 :])
+            break
+    else:
+        return None
+    try:
+        args, _ = launch_command_parser().parse_known_args(rest)
+    except SystemExit:
+        return None
+    return args.num_processes
+
+
+def cpu_launch_request() -> int | None:
+    """N when ``accelerate launch --cpu --num_processes N`` started only this process; else None."""
+    env = os.environ
+    if "WORLD_SIZE" in env or not _truthy(env.get("ACCELERATE_USE_CPU")) or "MASTER_ADDR" not in env:
+        return None
+    try:
+        import psutil
+
+        parent = psutil.Process().parent()
+        n = launcher_num_processes(parent.cmdline()) if parent is not None else None
+    except Exception:  # no parent, no permission, an unfamiliar launcher: the count is unknown
+        n = None
+    if n is None:
+        raise ConfigError(
+            "accelerate launch --cpu with several processes starts only one (it expects mpirun); run "
+            "`vf-train CONFIG --num_processes N` or `accelerate launch --multi_gpu --num_processes N ...` "
+            "(on a machine without GPUs the processes use gloo on the CPU)"
+        )
+    return n if n > 1 else None
+
+
+def pop_num_processes(args: list[str]) -> int | None:
+    """Remove ``--num_processes N`` from vf-train's arguments and return N."""
+    for i, tok in enumerate(args):
+        if tok == "--num_processes" or tok.startswith("--num_processes="):
+            raw = tok.split("=", 1)[1] if "=" in tok else (args[i + 1] if i + 1 < len(args) else "")
+            del args[i : i + (1 if "=" in tok else 2)]
+            if not raw.isdigit() or int(raw) < 1:
+                raise ConfigError(f"--num_processes needs a positive integer, got {raw!r}")
+            return int(raw)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def relaunch(num_processes: int, argv: Sequence[str], *, cpu: bool) -> int:
+    """Run ``trainers.grpo.cli argv`` in ``num_processes`` processes on this machine; their exit code."""
+    env = dict(os.environ)
+    for k in ("MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU"):
+        env.pop(k, None)
+    if cpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # every process on the CPU, joined over gloo
+    port = str(free_port())
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+           str(num_processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_ip", "127.0.0.1", "--main_process_port", port, "-m", "trainers.grpo.cli", *argv]
+    return subprocess.call(cmd, env=env)

@@ -1,0 +1,286 @@
+"""Rollouts on Ray: worker actors run the environment, the trainer consumes groups from the store.
+
+Design (docs/scaling.md, "Ray"):
+
+* the trainer keeps the model and its embedded engine, and serves the engine over HTTP
+  (`EmbeddedServer`); weights never leave the trainer, so there is no weight sync to the
+  workers: a policy update is visible to the next request, as in process;
+* each `RolloutWorker` actor loads the environment itself (``load_environment(env_id)``) and
+  talks to that server with its own OpenAI client; it runs one *group* per call (a group is
+  never split) and puts it, packed, straight into the `RayExperienceStore` actor;
+* `RayBatchGenerator` is the in-process `BatchGenerator` with a different ``_generate``: the
+  same prompt order, group ids and per-sample seeds (so a Ray run samples what an in-process
+  run samples), the same batch bookkeeping and resume state. It hands each group to a worker
+  and waits for the reports. A worker that dies mid-step (``RayActorError``) is replaced and its
+  groups are sent to another worker. Nothing is counted twice: the store keys groups by id,
+  so a group the dead worker had already put is overwritten by the rerun, or ignored if the
+  trainer had taken it, and the batch counts each group once, from the run that reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainers.grpo.generator import BatchGenerator, RolloutBatch
+from trainers.grpo.ray_cluster import require_ray
+from trainers.grpo.ray_store import RayExperienceStore
+from trainers.grpo.store import PutStatus
+from trainers.grpo.watch import ScoringFailures
+from verifiers.envs.environment import Environment
+from verifiers.errors import VFError
+from verifiers.rollout.inputs import RolloutInput
+from verifiers.types import GenerateOutputs
+
+
+class RolloutWorkersLostError(VFError):
+    """Rollout workers kept dying (more than ``max_worker_restarts``): the cluster is unhealthy."""
+
+
+@dataclass
+class GroupReport:
+    """What a worker tells the trainer about one group (the rollouts went to the store)."""
+
+    group_id: int
+    status: PutStatus
+    rewards: list[float]
+    failures: ScoringFailures
+    seconds: float
+    worker: int
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs to build its environment and client (plain, picklable data)."""
+
+    env_id: str
+    env_args: dict[str, Any]
+    base_url: str
+    model_name: str
+    sampling_args: dict[str, Any]
+    max_concurrent: int
+    rollout_timeout_s: float | None
+    put_timeout_s: float
+    request_timeout_s: float = 600.0
+
+
+class RolloutWorker:
+    """Actor body (async): one environment, one client; runs whole groups into the store."""
+
+    def __init__(self, spec: WorkerSpec, store: RayExperienceStore, index: int) -> None:
+        import verifiers as vf
+
+        self.spec = spec
+        self.store = store
+        self.index = index
+        self.env: Environment = vf.load_environment(spec.env_id, **spec.env_args)
+        self.client = vf.make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
+        self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
+
+    async def run_group(self, inputs: list[RolloutInput], policy_version: int) -> GroupReport:
+        from verifiers.rollout.runner import run_rollouts
+
+        t = time.perf_counter()
+        results = await run_rollouts(self.env, self.client, self.spec.model_name, inputs,
+                                     sampling_args=self.sampling_args, max_concurrent=self.spec.max_concurrent,
+                                     rollout_timeout_s=self.spec.rollout_timeout_s)
+        results.sort(key=lambda r: r.rollout_index)
+        rewards = [r.reward for r in results]
+        gid = inputs[0].group_id
+        status = await self.store.aput(gid, {"result": results, "reward": rewards}, policy_version=policy_version,
+                                       timeout=self.spec.put_timeout_s)
+        return GroupReport(gid, status, rewards, ScoringFailures.of(results), time.perf_counter() - t, self.index)
+
+    async def evaluate(self, num_examples: int, sampling_args: dict[str, Any]) -> GenerateOutputs:
+        return await self.env.a_evaluate(self.client, self.spec.model_name, sampling_args=sampling_args,
+                                         num_examples=num_examples, rollouts_per_example=1,
+                                         max_concurrent=self.spec.max_concurrent)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+def merge_failures(parts: Sequence[ScoringFailures]) -> ScoringFailures:
+    out = ScoringFailures()
+    for p in parts:
+        out.rollouts += p.rollouts
+        out.failed_rollouts += p.failed_rollouts
+        for k, n in p.per_function.items():
+            out.per_function[k] = out.per_function.get(k, 0) + n
+        for k, m in p.first.items():
+            out.first.setdefault(k, m)
+    return out
+
+
+@dataclass
+class RayRolloutBatch(RolloutBatch):
+    """A batch whose groups the workers already put into the store (``results`` stays empty)."""
+
+    reports: list[GroupReport] = field(default_factory=list)
+    retried_groups: int = 0
+
+
+class RayBatchGenerator(BatchGenerator):
+    """`BatchGenerator` whose groups run on Ray worker actors (see module doc)."""
+
+    def __init__(self, env: Environment, rows: Sequence[dict[str, Any]], *, spec: WorkerSpec,
+                 store: RayExperienceStore, num_workers: int, worker_num_cpus: float, max_worker_restarts: int,
+                 **generator_kwargs: Any) -> None:
+        ray = require_ray()
+        super().__init__(env, rows, make_client=lambda: None, model_name=spec.model_name,
+                         sampling_args=spec.sampling_args, max_concurrent=spec.max_concurrent,
+                         rollout_timeout_s=spec.rollout_timeout_s, **generator_kwargs)
+        self.spec = spec
+        self.store = store
+        self._actor_cls = ray.remote(num_cpus=worker_num_cpus, max_restarts=0)(RolloutWorker)
+        self._started = 0
+        self.restarts_left = max_worker_restarts
+        self.workers: list[Any] = [self._new_worker() for _ in range(num_workers)]
+        self._next_worker = 0
+        self.retried_groups = 0
+
+    def _new_worker(self) -> Any:
+        self._started += 1
+        return self._actor_cls.remote(self.spec, self.store, self._started - 1)
+
+    def _pick(self, avoid: Any = None) -> Any:
+        live = [w for w in self.workers if w is not avoid] or self.workers
+        w = live[self._next_worker % len(live)]
+        self._next_worker += 1
+        return w
+
+    def _lost(self, worker: Any, exc: BaseException) -> None:
+        """Take a dead worker out of the pool and start a replacement while restarts remain."""
+        if worker in self.workers:
+            self.workers.remove(worker)
+            if self.restarts_left <= 0:
+                raise RolloutWorkersLostError(
+                    f"a rollout worker died ({type(exc).__name__}: {exc}) and max_worker_restarts is used up; "
+                    "check the workers' logs (ray logs) and the cluster's health, then --resume"
+                ) from exc
+            self.restarts_left -= 1
+            self.workers.append(self._new_worker())
+
+    async def _run_group(self, inputs: list[RolloutInput], version: int) -> tuple[GroupReport, int]:
+        """One group to completion on some worker; returns its report and how often it was rerun."""
+        import ray
+
+        retries = 0
+        worker = self._pick()
+        while True:
+            ref = worker.run_group.remote(inputs, version)
+            try:
+                return await ref, retries
+            except ray.exceptions.RayActorError as exc:
+                self._lost(worker, exc)
+                retries += 1
+                worker = self._pick(avoid=worker)
+            except asyncio.CancelledError:  # the batch was dropped (stop, resume): stop its work too
+                ray.cancel(ref)
+                raise
+
+    async def _generate(self, batch_id: int, version: int, inputs: list[RolloutInput],
+                        sampler_state: dict[str, Any]) -> RolloutBatch:
+        t = time.perf_counter()
+        by_group: dict[int, list[RolloutInput]] = {}
+        for inp in inputs:
+            by_group.setdefault(inp.group_id, []).append(inp)
+        done = await asyncio.gather(*(self._run_group(g, version) for g in by_group.values()))
+        reports = [r for r, _ in done]
+        retried = sum(1 for _, n in done if n)
+        self.retried_groups += retried
+        return RayRolloutBatch(batch_id, version, [], time.perf_counter() - t, sampler_state,
+                               reports=reports, retried_groups=retried)
+
+    def evaluate(self, num_examples: int, sampling_args: dict[str, Any]) -> GenerateOutputs:
+        async def run() -> GenerateOutputs:
+            return await self._pick().evaluate.remote(num_examples, sampling_args)
+
+        return self._call(run(), timeout=self.timeout_s)
+
+    def worker_pids(self) -> list[int]:
+        import ray
+
+        return [int(p) for p in ray.get([w.pid.remote() for w in self.workers])]
+
+    def kill_workers(self) -> None:
+        import ray
+
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []
+
+    def close(self) -> None:
+        super().close()
+        self.kill_workers()
+
+
+@dataclass
+class RayRollouts:
+    """What a Ray run starts besides the trainer: the engine's HTTP server, the store, the workers."""
+
+    generator: RayBatchGenerator
+    store: RayExperienceStore
+    server: Any
+    started_ray: bool
+
+    def close(self) -> None:
+        """Stop the workers, the store actor and the server; shut Ray down if this run started it."""
+        import contextlib
+
+        import ray
+
+        with contextlib.suppress(Exception):
+            self.generator.kill_workers()  # the trainer closes the generator's loop itself
+        with contextlib.suppress(Exception):
+            self.store.close()
+        self.server.stop()
+        if self.started_ray:
+            ray.shutdown()
+
+
+def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]], engine: Any,
+                       sampling_args: dict[str, Any], *, store_kwargs: dict[str, Any]) -> RayRollouts:
+    """Serve ``engine`` over HTTP, join or start Ray, start the store actor and the workers."""
+    import os
+
+    from trainers.grpo.ray_cluster import init_ray
+    from verifiers.inference.runner import EmbeddedServer
+
+    rc = cfg.ray
+    # The workers import the environment by name: they must find what this process finds.
+    runtime_env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
+    started = init_ray(rc.address, num_cpus=rc.num_cpus, runtime_env=runtime_env)
+    server = EmbeddedServer(engine, [cfg.server_model_name], host=rc.serve_host, port=rc.serve_port).start()
+    store: RayExperienceStore | None = None
+    try:
+        host = rc.advertise_host or rc.serve_host
+        if host in ("0.0.0.0", "::"):
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        store = RayExperienceStore(max_groups=rc.store_max_groups, **store_kwargs)
+        spec = WorkerSpec(env_id=cfg.env_id, env_args=dict(cfg.env_args), base_url=f"http://{host}:{server.port}/v1",
+                          model_name=cfg.server_model_name, sampling_args=sampling_args,
+                          max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
+                          put_timeout_s=rc.put_timeout_s)
+        generator = RayBatchGenerator(
+            env, rows, spec=spec, store=store, num_workers=rc.num_workers, worker_num_cpus=rc.worker_num_cpus,
+            max_worker_restarts=rc.max_worker_restarts, prompts_per_step=cfg.prompts_per_step,
+            num_generations=cfg.num_generations, seed=cfg.seed, timeout_s=cfg.generation_timeout_s,
+        )
+    except BaseException:
+        server.stop()
+        if store is not None:
+            store.close()
+        if started:
+            import ray
+
+            ray.shutdown()
+        raise
+    return RayRollouts(generator, store, server, started)
