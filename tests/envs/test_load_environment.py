@@ -95,3 +95,22 @@ def test_missing_dependency_of_env_package_is_not_masked(
             vf.load_environment(module)
     finally:
         sys.modules.pop(module, None)
+
+
+def test_a_checkout_package_loads_without_an_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a clone's root, ``environments/<module>/<module>`` is found without `pip install -e`."""
+    module = f"vf_tmp_env_{uuid.uuid4().hex[:8]}"
+    pkg = tmp_path / "environments" / module / module
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(ENV_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the loader adds the package's folder
+    try:
+        env = vf.load_environment(module.replace("_", "-"), num_examples=3)
+        assert len(env.get_dataset().rows) == 3
+        assert str((tmp_path / "environments" / module).resolve()) in sys.path
+    finally:
+        sys.modules.pop(module, None)
+    monkeypatch.chdir(tmp_path / "environments")  # elsewhere the id is still unknown, with the fix named
+    with pytest.raises(vf.ConfigError, match="pip install -e"):
+        vf.load_environment(f"vf-missing-{uuid.uuid4().hex[:6]}")

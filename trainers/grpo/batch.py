@@ -146,23 +146,37 @@ def _prompt_ids(rows: Sequence[TrainRow]) -> list[int]:
     return [ids.setdefault((r.group, tuple(r.input_ids[: r.prompt_len])), len(ids)) for r in rows]
 
 
-def expert_rows(tokenizer: Any, conversations: Sequence[list[dict[str, Any]]], max_seq_len: int) -> list[TrainRow]:
+def expert_rows(
+    tokenizer: Any,
+    conversations: Sequence[list[dict[str, Any]]],
+    max_seq_len: int,
+    tools: Sequence[Any] | None = None,
+) -> list[TrainRow]:
     """SFT rows for MIX: every assistant message's tokens are trained on, the rest masked.
 
     The assistant spans are found by rendering growing prefixes of the conversation, the
-    same chat template as generation uses.
+    same chat template as generation uses. ``tools`` gives each conversation's tool schemas
+    (or None): a tool-using environment's prompts list its tools in the system turn, so its
+    expert episodes must be rendered with the same schemas to match what the model sees.
     """
     from verifiers.data.templating import apply_chat_template
 
+    if tools is not None and len(tools) != len(conversations):
+        raise ValueError(f"tools has {len(tools)} entries for {len(conversations)} conversations; give one each")
     out = []
-    for conv in conversations:
-        ids = list(apply_chat_template(tokenizer, conv, add_generation_prompt=False))
+    for i, conv in enumerate(conversations):
+        schemas = tools[i] if tools is not None else None
+
+        def render(msgs: list[dict[str, Any]], gen: bool, schemas: Any = schemas) -> list[int]:
+            return list(apply_chat_template(tokenizer, msgs, tools=schemas, add_generation_prompt=gen))
+
+        ids = render(conv, False)
         mask = [0] * len(ids)
         for k, m in enumerate(conv):
             if m.get("role") != "assistant":
                 continue
-            start = len(apply_chat_template(tokenizer, conv[:k], add_generation_prompt=True)) if k else 0
-            end = len(apply_chat_template(tokenizer, conv[: k + 1], add_generation_prompt=False))
+            start = len(render(conv[:k], True)) if k else 0
+            end = len(render(conv[: k + 1], False))
             for j in range(start, min(end, len(ids))):
                 mask[j] = 1
         ids, mask = ids[:max_seq_len], mask[:max_seq_len]

@@ -59,7 +59,8 @@ class TrainConfig(BaseModel):
     # algorithm (a named preset plus field overrides, e.g. {beta = 0.01})
     algorithm: str = "grpo"
     algorithm_overrides: dict[str, Any] = Field(default_factory=dict)
-    expert_data: str | None = Field(None, description="jsonl of chat rows ('messages') for the 'mix' algorithm")
+    expert_data: str | None = Field(
+        None, description="jsonl of chat rows ('messages', optional 'tools' schemas) for the 'mix' algorithm")
 
     # batch shape
     prompts_per_step: int = Field(8, ge=1, description="unique prompts per optimizer step")

@@ -314,7 +314,7 @@ class GRPOTrainer:
         path = Path(self.cfg.expert_data or "")
         if not path.is_file():
             raise ConfigError(f"expert_data {path} does not exist")
-        convs = []
+        convs, tools = [], []
         for i, line in enumerate(path.read_text().splitlines()):
             if not line.strip():
                 continue
@@ -322,7 +322,8 @@ class GRPOTrainer:
             if "messages" not in row:
                 raise ConfigError(f"{path}:{i + 1} has no 'messages' list (chat rows are needed for SFT)")
             convs.append(row["messages"])
-        rows = expert_rows(self.tokenizer, convs, self.cfg.max_seq_len)
+            tools.append(row.get("tools"))  # a tool-using episode is rendered with its tool schemas
+        rows = expert_rows(self.tokenizer, convs, self.cfg.max_seq_len, tools=tools)
         if not rows:
             raise ConfigError(f"{path} has no assistant turns to train on")
         return rows
