@@ -16,15 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# lora_kl.toml does not learn yet: LoRA on the body of a randomly initialised tiny model leaves the
-# reward flat (0.011 -> 0.016 in 100 steps, also with beta 0, rank 16, alpha 64 or lr 2e-2), and
-# adapting the tied LM head too makes the policy collapse. Strict, so a fix shows up here.
-KNOWN_FLAT = {"lora_kl": "LoRA cannot yet move a random tiny model's output (issue 12)"}
-CONFIGS = [
-    pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(reason=KNOWN_FLAT[p.stem], strict=True)])
-    if p.stem in KNOWN_FLAT else pytest.param(p, id=p.stem)
-    for p in sorted((ROOT / "examples" / "configs").glob("*.toml")) if "vllm" not in p.name
-]
+CONFIGS = [pytest.param(p, id=p.stem) for p in sorted((ROOT / "examples" / "configs").glob("*.toml"))
+           if "vllm" not in p.name]
 STEPS = 60
 WINDOW = 10
 
