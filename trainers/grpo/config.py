@@ -127,6 +127,8 @@ class TrainConfig(BaseModel):
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    lora_modules_to_save: list[str] = Field(
+        default_factory=list, description="modules trained in full beside the adapters (peft modules_to_save)")
     torch_threads: int | None = Field(None, ge=1)
 
     # evaluation, checkpoints, logging

@@ -175,12 +175,11 @@ class GRPOTrainer:
         if self.preset.uses_reference and not cfg.lora:
             self.ref_model = copy.deepcopy(model).requires_grad_(False)
         if cfg.lora:
-            from peft import LoraConfig, get_peft_model
+            from peft import get_peft_model
 
-            model = get_peft_model(model, LoraConfig(
-                r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
-            ))
+            from trainers.grpo.lora import lora_config
+
+            model = get_peft_model(model, lora_config(cfg, model))
         if cfg.gradient_checkpointing:  # the old name is deprecated in transformers 5
             enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
             enable()

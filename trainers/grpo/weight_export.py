@@ -7,7 +7,8 @@ do not depend on how they travel:
   ``load_weights`` maps): wrappers (DDP/accelerate ``module.``, ``torch.compile``'s
   ``_orig_mod.``, peft's ``base_model.model.`` and ``.base_layer``) are stripped;
 - a LoRA policy is exported merged, ``W + scaling * B @ A`` per adapted weight, computed
-  from the live adapter without copying or changing the model;
+  from the live adapter without copying or changing the model; a module trained in full beside
+  the adapters (peft ``modules_to_save``) is exported from its trained copy under its own name;
 - a tied output embedding is exported under ``lm_head.weight`` too: ``save_pretrained`` leaves
   it out, but vLLM's in-place (layerwise) reload does not re-tie it, so a server would keep
   its old output layer (the sync probe caught exactly that; see docs/scaling.md).
@@ -55,6 +56,33 @@ def _lora_layers(model: Any) -> dict[str, Any]:
     return layers
 
 
+def _saved_module_names(model: Any) -> dict[str, str | None]:
+    """``{state-dict prefix: clean prefix or None}`` for the copies inside peft ``modules_to_save``
+    wrappers: the active copy (the trained one, or the original while adapters are off) is exported
+    under the wrapped module's own name, the other copies not at all (None)."""
+    names: dict[str, str | None] = {}
+    for name, module in model.named_modules():
+        saved = getattr(module, "modules_to_save", None)
+        original = getattr(module, "original_module", None)
+        if not isinstance(saved, torch.nn.ModuleDict) or original is None:
+            continue
+        active = [a for a in getattr(module, "active_adapters", []) if a in saved]
+        use = None if getattr(module, "disable_adapters", False) or not active else active[0]
+        target = _clean(name + ".x")[:-1]  # the wrapped module's checkpoint prefix, with its dot
+        names[f"{name}.original_module."] = target if use is None else None
+        for a in saved:
+            names[f"{name}.modules_to_save.{a}."] = target if a == use else None
+    return names
+
+
+def _rename_saved(raw: str, saved: dict[str, str | None]) -> str | None:
+    """``raw`` with a ``modules_to_save`` wrapper's copy prefix replaced (None: not exported)."""
+    for prefix, target in saved.items():
+        if raw.startswith(prefix):
+            return None if target is None else target + raw[len(prefix):]
+    return _clean(raw)
+
+
 @torch.no_grad()
 def _delta(module: Any) -> torch.Tensor:
     """``scaling * B @ A`` summed over the layer's active adapters."""
@@ -77,12 +105,13 @@ def iter_export_weights(model: Any, *, include_tied: bool = True) -> Iterator[tu
     config = getattr(model, "config", None)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     adapted = _lora_layers(model)
+    saved = _saved_module_names(model)
     seen: set[str] = set()
     for raw, tensor in model.state_dict().items():
         if "lora_" in raw or raw.endswith(".lora_magnitude_vector"):
             continue
-        name = _clean(raw)
-        if name in seen:
+        name = _rename_saved(raw, saved)
+        if name is None or name in seen:
             continue
         if tied and not include_tied and name == "lm_head.weight":
             continue
