@@ -73,17 +73,31 @@ def test_a_taken_port_is_one_line_and_exit_2(tiny_dir: Path) -> None:
     assert time.monotonic() - start < 60  # refused before the model loads
 
 
-@pytest.mark.parametrize("prog", ["verifiers.cli.serve", "verifiers.cli.tiny"])
+_PROGS = {"verifiers.cli.serve": "vf-serve", "verifiers.cli.tiny": "vf-tiny", "trainers.grpo.cli": "vf-train"}
+
+
+@pytest.mark.parametrize("prog", list(_PROGS))
 def test_without_the_train_extra_the_command_names_it(prog: str, tiny_dir: Path, tmp_path: Path) -> None:
     # torch and transformers made unimportable, as in an install without the extra.
-    arg = {"verifiers.cli.serve": str(tiny_dir), "verifiers.cli.tiny": str(tmp_path / "m")}[prog]
+    quickstart = Path(__file__).resolve().parents[2] / "examples" / "configs" / "quickstart.toml"
+    arg = {"verifiers.cli.serve": str(tiny_dir), "verifiers.cli.tiny": str(tmp_path / "m"),
+           "trainers.grpo.cli": str(quickstart)}[prog]
     code = ("import runpy, sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
             f"sys.argv = ['x', {arg!r}]; runpy.run_module({prog!r}, run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    name = {"verifiers.cli.serve": "vf-serve", "verifiers.cli.tiny": "vf-tiny"}[prog]
     assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith(f'{name} needs the train extra: pip install "verifiers[train]" (missing: ')
+    assert done.stderr.startswith(f'{_PROGS[prog]} needs the train extra: pip install "verifiers[train]" (missing: ')
     assert "Traceback" not in done.stderr
+
+
+def test_a_broken_import_outside_the_extra_is_raised_not_hidden() -> None:
+    from verifiers.cli.extras import exit_for_missing_extra
+
+    with pytest.raises(ImportError, match="no_such_module"):
+        try:
+            import no_such_module  # noqa: F401
+        except ImportError as exc:
+            exit_for_missing_extra("vf-serve", exc)
 
 
 def test_an_unknown_hugging_face_id_offline_says_so(tmp_path: Path) -> None:

@@ -68,13 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vf-train: {exc}", file=sys.stderr)
         return 1
     except ImportError as exc:
-        from verifiers.cli.extras import missing_train_module, train_extra_message
+        from verifiers.cli.extras import exit_for_missing_extra
 
-        module = missing_train_module(exc)
-        if module is None:
-            raise  # a broken import elsewhere is a bug to see, not a missing extra
-        print(train_extra_message("vf-train", module), file=sys.stderr)
-        return 2
+        return exit_for_missing_extra("vf-train", exc)
     from trainers.grpo.distributed import is_main_process
 
     if is_main_process():  # under accelerate launch every rank returns the same summary

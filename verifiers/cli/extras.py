@@ -8,6 +8,8 @@ with the install command. Any other ImportError is a bug and is raised as it is.
 
 from __future__ import annotations
 
+import sys
+
 TRAIN_MODULES = frozenset({"torch", "transformers", "accelerate", "peft", "fastapi", "uvicorn", "starlette",
                            "safetensors", "huggingface_hub"})
 """Top-level modules that come with ``verifiers[train]``."""
@@ -21,3 +23,16 @@ def missing_train_module(exc: ImportError) -> str | None:
 
 def train_extra_message(prog: str, module: str) -> str:
     return f'{prog} needs the train extra: pip install "verifiers[train]" (missing: {module})'
+
+
+def exit_for_missing_extra(prog: str, exc: ImportError) -> int:
+    """Print the one-line install hint for ``exc`` and return exit status 2.
+
+    Re-raises ``exc`` when the missing module is not part of the train extra: a broken
+    import elsewhere is a bug to see, not a missing extra.
+    """
+    module = missing_train_module(exc)
+    if module is None:
+        raise exc
+    print(train_extra_message(prog, module), file=sys.stderr)
+    return 2

@@ -14,7 +14,7 @@ import socket
 import sys
 from pathlib import Path
 
-from verifiers.cli.extras import missing_train_module, train_extra_message
+from verifiers.cli.extras import exit_for_missing_extra
 from verifiers.errors import ConfigError
 
 
@@ -63,11 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _serve(args)
     except ImportError as exc:
-        module = missing_train_module(exc)
-        if module is None:
-            raise  # a broken import elsewhere is a bug to see, not a missing extra
-        print(train_extra_message("vf-serve", module), file=sys.stderr)
-        return 2
+        return exit_for_missing_extra("vf-serve", exc)
 
 
 def _serve(args: argparse.Namespace) -> int:

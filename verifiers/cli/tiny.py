@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from verifiers.cli.extras import missing_train_module, train_extra_message
+from verifiers.cli.extras import exit_for_missing_extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,11 +11,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return tiny_main(argv)
     except ImportError as exc:
-        module = missing_train_module(exc)
-        if module is None:
-            raise
-        print(train_extra_message("vf-tiny", module), file=sys.stderr)
-        return 2
+        return exit_for_missing_extra("vf-tiny", exc)
 
 
 if __name__ == "__main__":
