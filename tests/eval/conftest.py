@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from aiohttp import web
@@ -96,7 +96,49 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "metadata.json").read_text())
 
 
-class RecordingServer:
+class LoopbackApp:
+    """An aiohttp app on 127.0.0.1 (a free port) in its own thread, for ``with``; stops on exit.
+
+    Subclasses add their routes in ``add_routes``.
+    """
+
+    port = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+
+    def add_routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = self._loop = asyncio.new_event_loop()
+            app = web.Application()
+            self.add_routes(app)
+            runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(runner.setup())
+            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+            self.port = runner.addresses[0][1]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the test server did not start within 10 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+class RecordingServer(LoopbackApp):
     """A minimal OpenAI-compatible chat server that records each request's headers.
 
     The scripted server logs bodies only; auth and custom headers need their own witness.
@@ -106,9 +148,6 @@ class RecordingServer:
         self.reply = reply
         self.headers: list[dict[str, str]] = []
         self.bodies: list[dict[str, Any]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
 
     echo_auth_error: bool = False
     """Answer 401 quoting the Authorization header, as some providers quote the key they got."""
@@ -138,34 +177,8 @@ class RecordingServer:
             }
         )
 
-    def __enter__(self) -> RecordingServer:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", self._chat)
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.port = runner.addresses[0][1]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._chat)
 
     @property
     def base_url(self) -> str:

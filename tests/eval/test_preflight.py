@@ -7,9 +7,7 @@ outside /v1), `ScriptedServer` accepts any model name. The CLI cases run the rea
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,19 +22,16 @@ from verifiers.eval.preflight import check_endpoint
 from verifiers.rollout.error_report import RolloutErrorsWarning
 from verifiers.testing import ScriptedServer
 
-from .conftest import TEST_ENVS, RecordingServer, make_echo_env, run_cli, run_dirs
+from .conftest import TEST_ENVS, LoopbackApp, RecordingServer, make_echo_env, run_cli, run_dirs
 
 KEY = "sk-strict-key"
 
 
-class StrictServer:
+class StrictServer(LoopbackApp):
     """An OpenAI-compatible server as strict as vLLM with ``--api-key``: known models only, key required."""
 
     def __init__(self, models: tuple[str, ...] = ("Qwen/Qwen3-0.6B", "tiny")) -> None:
         self.models = models
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
 
     def _refused(self, request: web.Request) -> web.Response | None:
         if request.headers.get("Authorization") != f"Bearer {KEY}":
@@ -65,34 +60,10 @@ class StrictServer:
     async def _page(self, request: web.Request) -> web.Response:
         return web.Response(text="<html><body>dashboard</body></html>", content_type="text/html")
 
-    def __enter__(self) -> StrictServer:
-        ready = threading.Event()
-
-        def serve() -> None:
-            loop = self._loop = asyncio.new_event_loop()
-            app = web.Application()
-            app.router.add_get("/v1/models", self._models)
-            app.router.add_post("/v1/chat/completions", self._chat)
-            app.router.add_get("/models", self._page)  # a web UI outside /v1, as some servers have
-            runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(runner.setup())
-            loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-            self.port = runner.addresses[0][1]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/models", self._page)  # a web UI outside /v1, as some servers have
 
     @property
     def root(self) -> str:
