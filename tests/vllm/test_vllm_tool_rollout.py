@@ -49,8 +49,7 @@ def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
             {"role": "tool", "content": "violet", "tool_call_id": "call_0"},
             {"role": "assistant", "content": "violet"}]
     # expert_rows renders through the chat template; the tools block is part of the system turn.
-    tok_tools = _ToolsTokenizer(tok, env.oai_tools)
-    (row,) = expert_rows(tok_tools, [conv], 4096)
+    (row,) = expert_rows(tok, [conv], 4096, tools=[env.oai_tools])
     ids = torch.tensor([row.input_ids])
     mask = torch.tensor([row.loss_mask], dtype=torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
@@ -66,20 +65,6 @@ def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
     assert loss.item() < 5e-3, f"the tiny model did not learn the conversation (loss {loss.item():.4f})"
     model.eval()
     model.save_pretrained(model_dir)
-
-
-class _ToolsTokenizer:
-    """The tokenizer with ``tools`` always passed to its chat template (what the server does)."""
-
-    def __init__(self, tok: Any, tools: list[dict[str, Any]]) -> None:
-        self._tok, self._tools = tok, tools
-
-    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs["tools"] = self._tools
-        return self._tok.apply_chat_template(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tok, name)
 
 
 @pytest.mark.slow

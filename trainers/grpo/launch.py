@@ -15,7 +15,6 @@ launch instead.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -77,14 +76,10 @@ def pop_num_processes(args: list[str]) -> int | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def relaunch(num_processes: int, argv: Sequence[str], *, cpu: bool) -> int:
     """Run ``trainers.grpo.cli argv`` in ``num_processes`` processes on this machine; their exit code."""
+    from verifiers.inference.vllm_server import free_port
+
     env = dict(os.environ)
     for k in ("MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU"):
         env.pop(k, None)

@@ -326,8 +326,9 @@ def resume_command(argv: list[str], run_dir: Path) -> str:
 def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] | None = None) -> int:
     if args.view is not None:
         return _view(args, out)
-    from verifiers.eval.legacy_flags import add_env_dir, error_share, first_error_messages
+    from verifiers.eval.legacy_flags import add_env_dir
     from verifiers.eval.runner import run_eval
+    from verifiers.rollout.error_report import error_share, first_error_messages
 
     check_legacy_flags(args, err)
     config = config_from_args(args)

@@ -1,5 +1,5 @@
-"""What 0.1.x ``vf-eval`` flags need beyond the core runner: local environment folders,
-pushing results to the Hugging Face Hub, and the exit status when rollouts fail.
+"""What 0.1.x ``vf-eval`` flags need beyond the core runner: local environment folders and
+pushing results to the Hugging Face Hub (error shares live in `verifiers.rollout.error_report`).
 
 Kept apart from `verifiers.eval.runner` so the runner's configuration stays the typed
 core; the CLI calls these helpers around `run_eval`.
@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError, VFError
-from verifiers.rollout.error_report import error_share as error_share
-from verifiers.rollout.error_report import first_error_messages as first_error_messages
 
 DEFAULT_ENV_DIR = Path("environments")
 """0.1.x's default ``--env-dir-path``: used only when it holds the requested environment."""
