@@ -73,8 +73,9 @@ def render(row: dict[str, Any], tok: Any, with_tools: bool) -> Example:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--loss", choices=["all", "decisions", "decisions-then-all"], default="all")
-    ap.add_argument("--switch", type=int, default=150, help="decisions-then-all: steps before 'all'")
+    ap.add_argument("--loss", choices=["all", "decisions", "decisions-then-all", "all-then-decisions"],
+                    default="all")
+    ap.add_argument("--switch", type=int, default=150, help="steps before the second loss of a two-stage --loss")
     ap.add_argument("--digits", type=int, default=3)
     ap.add_argument("--tools", choices=["schema", "none"], default="schema",
                     help="render the tool schema in the system turn (as rollouts do) or leave it out (4x faster)")
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     for step in range(1, a.steps + 1):
         batch = rng.sample(data, a.batch)
-        decisions_only = a.loss == "decisions" or (a.loss == "decisions-then-all" and step <= a.switch)
+        decisions_only = (a.loss == "decisions" or (a.loss == "decisions-then-all" and step <= a.switch)
+                          or (a.loss == "all-then-decisions" and step > a.switch))
         width = max(len(e.ids) for e in batch)
         ids = torch.full((a.batch, width), tok.pad_token_id)
         mask = torch.zeros(a.batch, width, dtype=torch.bool)

@@ -209,6 +209,23 @@ def _zero_outside(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, values, torch.zeros_like(values))
 
 
+def rows_with_gradient(preset: AlgorithmPreset, advantages: Tensor, is_expert: Tensor) -> Tensor:
+    """``[N]`` bool: the rows whose loss can have a non-zero gradient under ``preset``.
+
+    Every policy loss here is the advantage times a policy term (ratios, clipping and
+    off-policy weights only scale it), so an RL row whose advantage is 0 at every token adds
+    exactly nothing to the loss or its gradient, unless a KL penalty or an entropy bonus
+    (which do not depend on the advantage) is on. Early in training most groups score alike
+    (all 0 for a model that cannot yet do the task, all 1 for an easy prompt), and training
+    on their rows is most of a step's compute for an unchanged update. Expert (SFT) rows
+    always count.
+    """
+    if preset.beta != 0.0 or preset.entropy_coef != 0.0:
+        return torch.ones(advantages.shape[0], dtype=torch.bool, device=advantages.device)
+    nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(dim=-1)
+    return nonzero | is_expert.to(nonzero.device)
+
+
 def compute_loss(
     preset: AlgorithmPreset,
     *,

@@ -73,6 +73,9 @@ class TrainConfig(BaseModel):
         1024, ge=1, description="learner positions whose logits exist at once (memory ≈ this x vocab x 4 bytes); "
         "None = the whole micro-batch's logits at once (≈ 4 float32 copies)")
     num_iterations: int = Field(1, ge=1, description="optimizer passes over each generated batch")
+    skip_zero_advantage: bool = Field(
+        True, description="leave out of the forward/backward the RL rows whose advantage is 0 at every token, when "
+        "they cannot change the gradient (beta 0, no entropy bonus, one process); the update is the same")
     max_steps: int = Field(100, ge=1)
 
     # generation

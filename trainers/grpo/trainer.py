@@ -34,7 +34,7 @@ import torch
 from rich.markup import escape
 
 from trainers.grpo.advantages import GroupStats, get_advantage_fn, group_stats
-from trainers.grpo.algorithms import AlgorithmPreset, compute_loss, get_algorithm
+from trainers.grpo.algorithms import AlgorithmPreset, compute_loss, get_algorithm, rows_with_gradient
 from trainers.grpo.batch import TrainBatch, TrainRow, collate, expert_rows, row_from_result
 from trainers.grpo.checkpoint import (
     PER_RANK,
@@ -541,7 +541,18 @@ class GRPOTrainer:
         normalizer = self.dist.normalizer(
             LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens))
         chunks = cfg.gradient_accumulation_steps
-        old = self._logps_no_grad(self.model, batch, chunks) if cfg.num_iterations > 1 else None
+        rl_tokens = normalizer.num_active_tokens
+        skipped, idle = 0, False  # idle: no row left, the step is the optimizer's on a zero gradient
+        if cfg.skip_zero_advantage and not self.dist.active:  # DDP needs the same backward calls on every rank
+            assert batch.advantages is not None
+            live = rows_with_gradient(preset, batch.advantages, batch.is_expert)
+            skipped = int((~live).sum())
+            if skipped and bool(live.any()):
+                rl_tokens = int(batch.loss_mask[live & ~batch.is_expert].sum())
+                batch = batch.select(live.nonzero()[:, 0])
+            elif skipped:
+                rl_tokens, idle = 0, True
+        old = self._logps_no_grad(self.model, batch, chunks) if cfg.num_iterations > 1 and not idle else None
         ref = None
         if preset.uses_reference:
             with self._reference() as ref_model:
@@ -559,7 +570,11 @@ class GRPOTrainer:
                 gen = torch.Generator().manual_seed(cfg.seed * 100_003 + self.step * 101 + it)
                 # Seeded on the CPU (the same order on every device), used where the batch lives:
                 # index_select refuses a CPU index for CUDA tensors.
-                if cfg.micro_batch_tokens is None:
+                if idle:
+                    parts = []
+                    for p in self.params:
+                        p.grad = torch.zeros_like(p)
+                elif cfg.micro_batch_tokens is None:
                     perm = torch.randperm(len(batch), generator=gen).to(batch.input_ids.device)
                     parts = list(perm.chunk(chunks))
                 else:  # by the token budget, rows of similar length together, groups whole
@@ -604,6 +619,14 @@ class GRPOTrainer:
                 self.model.eval()
             paused.close()
         sums["grad_norm"] = sum(grad_norms) / len(grad_norms)
+        if skipped:
+            # compute_loss divided the entropy by every RL token of the step; report the mean over those trained
+            entropy = sums.pop("entropy", None)
+            if entropy is not None and rl_tokens:
+                sums["entropy"] = entropy * normalizer.num_active_tokens / rl_tokens
+        if idle:  # every row had advantage 0: the loss is exactly 0 (and no entropy was measured)
+            sums["loss"] = 0.0
+        sums["rows_skipped"] = float(skipped)
         sums["learning_rate"] = float(self.scheduler.get_last_lr()[0])
         return sums
 
