@@ -71,6 +71,30 @@ def render(row: dict[str, Any], tok: Any, with_tools: bool) -> Example:
                    [token_at[answer_char + d] for d in range(len(row["answer"]))])
 
 
+def windowed_model(spec: Any, window: int) -> tuple[Any, Any]:
+    """`build_tiny_model`'s shape as a Qwen2 model with sliding-window attention in every layer.
+
+    A question for the probe, not a served model: does attention confined to the last
+    ``window`` tokens (the call is ~55 tokens after the key, the answer ~15 after the digits,
+    the tool schema ~320 tokens before both) learn the copies where full attention does not?
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from verifiers.inference.tiny import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    torch.manual_seed(spec.seed)
+    cfg = Qwen2Config(
+        vocab_size=len(tok), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads, max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=spec.tie_word_embeddings, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+        bos_token_id=None, rms_norm_eps=1e-6, use_sliding_window=True, sliding_window=window, max_window_layers=0,
+    )
+    return Qwen2ForCausalLM(cfg), tok
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--loss", choices=["all", "decisions", "decisions-then-all", "all-then-decisions"],
@@ -86,6 +110,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv_heads", type=int, default=2)
+    ap.add_argument("--sliding_window", type=int, default=0,
+                    help="> 0: a Qwen2-style model whose layers all attend to the last N tokens only "
+                         "(probe only: the embedded engine does not apply sliding windows)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--print_every", type=int, default=50)
     a = ap.parse_args(argv)
@@ -99,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     spec = TinyModelSpec(hidden_size=a.hidden, intermediate_size=3 * a.hidden, num_hidden_layers=a.layers,
                          num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, seed=a.seed)
-    model, tok = build_tiny_model(spec)
+    model, tok = build_tiny_model(spec) if a.sliding_window <= 0 else windowed_model(spec, a.sliding_window)
     model.train()
     rng = random.Random(a.seed)
     data = [render(r, tok, a.tools == "schema") for r in make_rows(2000, "ABDEFGHJ", 4, a.digits, rng)]

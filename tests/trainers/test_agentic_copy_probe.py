@@ -60,3 +60,25 @@ def test_a_short_run_prints_its_figures_as_json(probe: Any, capsys: pytest.Captu
     for key in ("key_onset", "value_onset", "key_acc_last", "value_acc_last", "s_per_step"):
         assert key in last
     assert 0.0 <= last["key_acc_last"] <= 1.0 and 0.0 <= last["value_acc_last"] <= 1.0
+
+
+def test_the_windowed_model_sees_only_its_window(probe: Any) -> None:
+    """With a window of 4 in both layers a position sees 6 tokens back at most, and does see those."""
+    import torch
+
+    from verifiers.inference.tiny import TinyModelSpec
+
+    model, tok = probe.windowed_model(TinyModelSpec(), 4)
+    ids = torch.tensor([tok("look up the key A, then answer")["input_ids"][:20]])
+    base = model(ids).logits[0, -1]
+    far, near = ids.clone(), ids.clone()
+    far[0, 0] = (far[0, 0] + 1) % len(tok)  # 19 tokens back: outside 2 x (4 - 1)
+    near[0, 17] = (near[0, 17] + 1) % len(tok)  # 2 tokens back: inside
+    torch.testing.assert_close(model(far).logits[0, -1], base)
+    assert not torch.allclose(model(near).logits[0, -1], base)
+
+
+def test_a_windowed_run_prints_its_figures(probe: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    out = probe.main(["--tools", "none", "--steps", "2", "--batch", "2", "--sliding_window", "64",
+                      "--loss", "all-then-decisions", "--switch", "1", "--print_every", "0"])
+    assert out["sliding_window"] == 64 and 0.0 <= out["value_acc_last"] <= 1.0
