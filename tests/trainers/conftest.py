@@ -124,6 +124,30 @@ def train_config(dense_env_dir: Path, base_model_dir: Path) -> Callable[..., Tra
 
 
 @pytest.fixture
+def generated_batch(train_config: Callable[..., TrainConfig], tmp_path: Path) -> Callable[..., tuple[Any, Any]]:
+    """``generated_batch(**overrides)``: a set-up trainer and one real batch it generated and built.
+
+    Generation is stopped afterwards, so the caller drives ``_train_on`` by hand.
+    """
+    from rich.console import Console
+
+    from trainers.grpo.trainer import GRPOTrainer
+
+    def make(**overrides: Any) -> tuple[Any, Any]:
+        trainer = GRPOTrainer(train_config(tmp_path, **overrides), console=Console(file=io.StringIO()))
+        trainer.setup()
+        try:
+            groups, _, _ = trainer._take_batch()
+        finally:
+            trainer.sync.close()
+            trainer.generator.close()
+        batch, _ = trainer._build(groups)
+        return trainer, batch
+
+    return make
+
+
+@pytest.fixture
 def run_training() -> Callable[..., Run]:
     """``run_training(cfg, resume=False, trainer_cls=GRPOTrainer)``: train and read metrics.jsonl."""
 

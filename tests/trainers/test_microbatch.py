@@ -7,10 +7,8 @@ for a budget split against one micro-batch, on the loss function and through the
 
 from __future__ import annotations
 
-import io
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,22 +122,10 @@ def test_budget_split_gives_the_single_micro_batch_gradient(algorithm: str) -> N
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 def test_trainer_step_by_token_budget_gives_the_same_update(
-    train_config: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generated_batch: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One generated batch, trained with one micro-batch and with a small token budget: same loss and grad norm."""
-    from rich.console import Console
-
-    from trainers.grpo.trainer import GRPOTrainer
-
-    trainer = GRPOTrainer(train_config(tmp_path, algorithm_overrides={"entropy_coef": 0.01}),
-                          console=Console(file=io.StringIO()))
-    trainer.setup()
-    try:
-        groups, _, _ = trainer._take_batch()
-    finally:
-        trainer.sync.close()
-        trainer.generator.close()
-    batch, _ = trainer._build(groups)
+    trainer, batch = generated_batch(algorithm_overrides={"entropy_coef": 0.01})
     monkeypatch.setattr(trainer.optimizer, "step", lambda *a, **k: None)  # the weights stay put
     whole = trainer._train_on(batch)
     assert trainer.cfg.micro_batch_tokens is None and trainer.cfg.gradient_accumulation_steps == 1

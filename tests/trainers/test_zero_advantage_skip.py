@@ -8,9 +8,7 @@ gradient and entropy metric as the full pass, including the step where no row is
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,22 +32,6 @@ def test_every_row_counts_when_a_term_does_not_depend_on_the_advantage(override:
     assert rows_with_gradient(preset, torch.zeros(3), torch.zeros(3, dtype=torch.bool)).all()
 
 
-def _trainer_and_batch(train_config: Callable[..., Any], tmp_path: Path) -> tuple[Any, Any]:
-    from rich.console import Console
-
-    from trainers.grpo.trainer import GRPOTrainer
-
-    trainer = GRPOTrainer(train_config(tmp_path), console=Console(file=io.StringIO()))
-    trainer.setup()
-    try:
-        groups, _, _ = trainer._take_batch()
-    finally:
-        trainer.sync.close()
-        trainer.generator.close()
-    batch, _ = trainer._build(groups)
-    return trainer, batch
-
-
 def _step(trainer: Any, batch: Any, skip: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, float], list[Any]]:
     """One `_train_on` with the weights held still; returns its metrics and the gradient it stepped on."""
     grads: list[Any] = []
@@ -61,9 +43,9 @@ def _step(trainer: Any, batch: Any, skip: bool, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 def test_skipping_zero_advantage_rows_gives_the_same_update(
-    train_config: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generated_batch: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer, batch = _trainer_and_batch(train_config, tmp_path)
+    trainer, batch = generated_batch()
     # half the groups scored alike: their rows have advantage 0
     batch.advantages = torch.where(batch.group_ids % 2 == 0, torch.zeros_like(batch.advantages),
                                    torch.linspace(-1.0, 1.0, len(batch)))
@@ -83,9 +65,9 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 def test_a_step_with_no_row_left_still_steps_on_a_zero_gradient(
-    train_config: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    generated_batch: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer, batch = _trainer_and_batch(train_config, tmp_path)
+    trainer, batch = generated_batch()
     batch.advantages = torch.zeros_like(batch.advantages)  # every group scored alike
     full, full_grads = _step(trainer, batch, False, monkeypatch)
     fast, fast_grads = _step(trainer, batch, True, monkeypatch)
