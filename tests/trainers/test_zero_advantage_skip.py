@@ -26,7 +26,7 @@ def test_rows_with_gradient_keeps_nonzero_advantages_and_expert_rows() -> None:
     assert rows_with_gradient(grpo, per_token, torch.zeros(3, dtype=torch.bool)).tolist() == [False, True, False]
 
 
-@pytest.mark.parametrize("override", [{"beta": 0.04}, {"entropy_coef": 0.01}])
+@pytest.mark.parametrize("override", [{"beta": 0.04}, {"entropy_coef": 0.01}, {"policy_loss": "sft"}])
 def test_every_row_counts_when_a_term_does_not_depend_on_the_advantage(override: dict[str, float]) -> None:
     preset = get_algorithm("grpo", **override)
     assert rows_with_gradient(preset, torch.zeros(3), torch.zeros(3, dtype=torch.bool)).all()

@@ -209,6 +209,10 @@ def _zero_outside(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, values, torch.zeros_like(values))
 
 
+ADVANTAGE_SCALED_LOSSES = frozenset({"clipped", "gspo", "cispo"})
+"""Policy losses whose every term is the advantage times something: 0 where the advantage is 0."""
+
+
 def rows_with_gradient(preset: AlgorithmPreset, advantages: Tensor, is_expert: Tensor) -> Tensor:
     """``[N]`` bool: the rows whose loss can have a non-zero gradient under ``preset``.
 
@@ -218,9 +222,10 @@ def rows_with_gradient(preset: AlgorithmPreset, advantages: Tensor, is_expert: T
     (which do not depend on the advantage) is on. Early in training most groups score alike
     (all 0 for a model that cannot yet do the task, all 1 for an easy prompt), and training
     on their rows is most of a step's compute for an unchanged update. Expert (SFT) rows
-    always count.
+    always count, and so does every row under a policy loss not known to scale with the
+    advantage (``sft``, or one a user registered).
     """
-    if preset.beta != 0.0 or preset.entropy_coef != 0.0:
+    if preset.beta != 0.0 or preset.entropy_coef != 0.0 or preset.policy_loss not in ADVANTAGE_SCALED_LOSSES:
         return torch.ones(advantages.shape[0], dtype=torch.bool, device=advantages.device)
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(dim=-1)
     return nonzero | is_expert.to(nonzero.device)
