@@ -124,23 +124,34 @@ def train_config(dense_env_dir: Path, base_model_dir: Path) -> Callable[..., Tra
 
 
 @pytest.fixture
-def generated_batch(train_config: Callable[..., TrainConfig], tmp_path: Path) -> Callable[..., tuple[Any, Any]]:
-    """``generated_batch(**overrides)``: a set-up trainer and one real batch it generated and built.
+def generated_groups(train_config: Callable[..., TrainConfig], tmp_path: Path) -> Callable[..., tuple[Any, Any]]:
+    """``generated_groups(**overrides)``: a set-up trainer (output in ``tmp_path/gen``) and one step's rollout groups.
 
-    Generation is stopped afterwards, so the caller drives ``_train_on`` by hand.
+    Generation is stopped afterwards, so the caller builds and trains batches by hand.
     """
     from rich.console import Console
 
     from trainers.grpo.trainer import GRPOTrainer
 
     def make(**overrides: Any) -> tuple[Any, Any]:
-        trainer = GRPOTrainer(train_config(tmp_path, **overrides), console=Console(file=io.StringIO()))
+        trainer = GRPOTrainer(train_config(tmp_path / "gen", **overrides), console=Console(file=io.StringIO()))
         trainer.setup()
         try:
             groups, _, _ = trainer._take_batch()
         finally:
             trainer.sync.close()
             trainer.generator.close()
+        return trainer, groups
+
+    return make
+
+
+@pytest.fixture
+def generated_batch(generated_groups: Callable[..., tuple[Any, Any]]) -> Callable[..., tuple[Any, Any]]:
+    """``generated_batch(**overrides)``: `generated_groups`' trainer and the batch it builds from them."""
+
+    def make(**overrides: Any) -> tuple[Any, Any]:
+        trainer, groups = generated_groups(**overrides)
         batch, _ = trainer._build(groups)
         return trainer, batch
 

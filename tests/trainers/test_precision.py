@@ -51,18 +51,10 @@ def _step(trainer: Any, groups: Any) -> tuple[dict[str, torch.Tensor], dict[str,
     return {n: p.detach() != before[n] for n, p in params.items()}, grads
 
 
-def test_bf16_autocast_moves_every_weight_fp32_moves(train_config: Callable[..., Any], tmp_path: Path) -> None:
-    from rich.console import Console
-
-    from trainers.grpo.trainer import GRPOTrainer
-
-    gen = GRPOTrainer(train_config(tmp_path / "gen"), console=Console(file=io.StringIO()))
-    gen.setup()
-    try:
-        groups, _, _ = gen._take_batch()
-    finally:
-        gen.sync.close()
-        gen.generator.close()
+def test_bf16_autocast_moves_every_weight_fp32_moves(
+    train_config: Callable[..., Any], generated_groups: Callable[..., Any], tmp_path: Path
+) -> None:
+    _, groups = generated_groups()
     fp32, _ = _step(_trainer(train_config, tmp_path / "fp32"), groups)
     autocast = _trainer(train_config, tmp_path / "autocast", mixed_precision="bf16")
     mixed, mixed_grad = _step(autocast, groups)
