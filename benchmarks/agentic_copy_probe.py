@@ -101,8 +101,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     default="all")
     ap.add_argument("--switch", type=int, default=150, help="steps before the second loss of a two-stage --loss")
     ap.add_argument("--digits", type=int, default=3)
-    ap.add_argument("--tools", choices=["schema", "none"], default="schema",
-                    help="render the tool schema in the system turn (as rollouts do) or leave it out (4x faster)")
+    ap.add_argument("--tools", choices=["schema", "signature", "none"], default="schema",
+                    help="list the tool in the system turn as its JSON schema (vf-tiny's default), as a compact "
+                         "signature (tool_format = 'signature', agentic.toml's), or not at all")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -128,8 +129,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, seed=a.seed)
     model, tok = build_tiny_model(spec) if a.sliding_window <= 0 else windowed_model(spec, a.sliding_window)
     model.train()
+    if a.tools == "signature":
+        from verifiers.inference.tiny import chat_template
+
+        tok.chat_template = chat_template("signature")
     rng = random.Random(a.seed)
-    data = [render(r, tok, a.tools == "schema") for r in make_rows(2000, "ABDEFGHJ", 4, a.digits, rng)]
+    data = [render(r, tok, a.tools != "none") for r in make_rows(2000, "ABDEFGHJ", 4, a.digits, rng)]
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
     key_acc: list[float] = []
     value_acc: list[float] = []

@@ -19,7 +19,7 @@ import pytest
 
 from verifiers.data.templating import ChatTemplateError, apply_chat_template
 from verifiers.inference.loading import load_tokenizer
-from verifiers.inference.tiny import IM_END, TOOL_TOKENS
+from verifiers.inference.tiny import IM_END, TOOL_TOKENS, build_char_tokenizer
 from verifiers.inference.tool_parser import parse_tool_calls
 
 ARCHS = ("llama", "qwen2")
@@ -156,6 +156,24 @@ def test_template_lists_tools_in_the_system_turn(tok) -> None:
     assert json.loads(system.split("<tools>\n")[1].split("\n")[0]) == TOOLS[0]
     assert "<tool_call>" in system  # the format the model should use is described
     assert "# Tools" not in render(tok)([{"role": "user", "content": "hi"}])
+
+
+def test_signature_tool_format_lists_each_tool_as_one_short_line(tmp_path: Path) -> None:
+    """vf-tiny --tool-format signature: name(arg: type, ...): description, and calls render as in the JSON form."""
+    proc = subprocess.run([*vf_tiny_command(), str(tmp_path / "m"), "--tool-format", "signature", "--layers", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    sig, json_tok = load_tokenizer(tmp_path / "m"), build_char_tokenizer()
+    two = [*TOOLS, {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+    convo = [{"role": "system", "content": "Sys."}, {"role": "user", "content": "hi"}]
+    system = render(sig)(convo, tools=two).split("<|im_end|>")[0]
+    assert "Sys." in system and "<tool_call>" in system
+    assert "\nadd(a: integer): Add two numbers.\nnow()\n" in system
+    assert "{" not in system.split("<tools>")[1].split("</tools>")[0]  # no JSON schema
+    assert len(render(sig)(convo, tools=TOOLS)) < len(render(json_tok)(convo, tools=TOOLS)) - 60
+    call = [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}]}]
+    assert render(sig)(call, add_generation_prompt=False) == render(json_tok)(call, add_generation_prompt=False)
 
 
 @pytest.mark.parametrize(

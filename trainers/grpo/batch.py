@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from verifiers.errors import ConfigError
 from verifiers.types import RolloutResult
 
 
@@ -151,13 +152,17 @@ def expert_rows(
     conversations: Sequence[list[dict[str, Any]]],
     max_seq_len: int,
     tools: Sequence[Any] | None = None,
+    tokens: Literal["all", "content"] = "all",
 ) -> list[TrainRow]:
-    """SFT rows for MIX: every assistant message's tokens are trained on, the rest masked.
+    """SFT rows for MIX and the SFT warm-up: assistant tokens are trained on, the rest masked.
 
     The assistant spans are found by rendering growing prefixes of the conversation, the
     same chat template as generation uses. ``tools`` gives each conversation's tool schemas
     (or None): a tool-using environment's prompts list its tools in the system turn, so its
     expert episodes must be rendered with the same schemas to match what the model sees.
+    ``tokens="content"`` trains only each assistant message's own content (its text and its
+    tool calls' argument values, `trainers.grpo.content_spans`), not the template's markup;
+    conversations with no such content are left out.
     """
     from verifiers.data.templating import apply_chat_template
 
@@ -167,20 +172,47 @@ def expert_rows(
     for i, conv in enumerate(conversations):
         schemas = tools[i] if tools is not None else None
 
-        def render(msgs: list[dict[str, Any]], gen: bool, schemas: Any = schemas) -> list[int]:
-            return list(apply_chat_template(tokenizer, msgs, tools=schemas, add_generation_prompt=gen))
+        def render(msgs: list[dict[str, Any]], gen: bool, schemas: Any = schemas, text: bool = False) -> Any:
+            rendered = apply_chat_template(tokenizer, msgs, tools=schemas, add_generation_prompt=gen, tokenize=not text)
+            return rendered if text else list(rendered)
 
         ids = render(conv, False)
         mask = [0] * len(ids)
+        content = _ContentTokens(tokenizer, render(conv, False, text=True), ids) if tokens == "content" else None
         for k, m in enumerate(conv):
             if m.get("role") != "assistant":
                 continue
             start = len(render(conv[:k], True)) if k else 0
             end = len(render(conv[: k + 1], False))
+            if content is not None:
+                chars = (len(render(conv[:k], True, text=True)) if k else 0, len(render(conv[: k + 1], False, text=True)))
+                keep = content.mask(chars, m)
             for j in range(start, min(end, len(ids))):
-                mask[j] = 1
+                mask[j] = 1 if content is None else keep[j]
         ids, mask = ids[:max_seq_len], mask[:max_seq_len]
         if len(ids) < 2 or sum(mask[1:]) == 0:
             continue
         out.append(TrainRow(ids, mask[1:], [0.0] * (len(ids) - 1), 0.0, -1, False, sum(mask[1:]), is_expert=True))
     return out
+
+
+class _ContentTokens:
+    """Maps an assistant message's content spans in the rendered text onto the rendered token ids."""
+
+    def __init__(self, tokenizer: Any, text: str, ids: list[int]) -> None:
+        try:
+            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        except NotImplementedError as exc:  # slow tokenizers have no offsets
+            raise ConfigError("SFT on content tokens needs a fast tokenizer (character offsets)") from exc
+        if list(enc["input_ids"]) != list(ids):
+            raise ConfigError(
+                "SFT on content tokens needs the chat template's text to tokenize to the same ids as the "
+                "template renders; this tokenizer does not (train on all assistant tokens instead)"
+            )
+        self.text = text
+        self.offsets = [tuple(o) for o in enc["offset_mapping"]]
+
+    def mask(self, chars: tuple[int, int], message: dict[str, Any]) -> list[int]:
+        from trainers.grpo.content_spans import content_char_spans, token_mask_from_spans
+
+        return token_mask_from_spans(self.offsets, content_char_spans(self.text, chars[0], chars[1], message))

@@ -28,6 +28,8 @@ class TinyModelConfig(BaseModel):
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
+    tool_format: Literal["json", "signature"] = Field(
+        "json", description="how the chat template lists tools: JSON schemas or compact signatures (vf-tiny)")
     seed: int = 0
 
 
@@ -60,7 +62,15 @@ class TrainConfig(BaseModel):
     algorithm: str = "grpo"
     algorithm_overrides: dict[str, Any] = Field(default_factory=dict)
     expert_data: str | None = Field(
-        None, description="jsonl of chat rows ('messages', optional 'tools' schemas) for the 'mix' algorithm")
+        None, description="jsonl of chat rows ('messages', optional 'tools' schemas) for the 'mix' algorithm "
+        "and the SFT warm-up")
+    sft_warmup_steps: int = Field(
+        0, ge=0, description="SFT steps on expert_data before the first RL step, without rollouts (0: none)")
+    sft_warmup_tokens: Literal["content", "all"] = Field(
+        "content", description="what the warm-up trains: each assistant message's content (text and tool-call "
+        "argument values) or every assistant token")
+    sft_warmup_batch_size: int = Field(32, ge=1, description="expert rows per warm-up step")
+    sft_warmup_learning_rate: float | None = Field(None, gt=0, description="warm-up learning rate (default: learning_rate)")
 
     # batch shape
     prompts_per_step: int = Field(8, ge=1, description="unique prompts per optimizer step")
@@ -161,6 +171,12 @@ class TrainConfig(BaseModel):
                 f"prompts_per_step x num_generations = {rows} rows must split evenly into "
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} micro-batches"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _warmup(self) -> TrainConfig:
+        if self.sft_warmup_steps and not self.expert_data:
+            raise ValueError("sft_warmup_steps needs expert_data (a jsonl of correct chat episodes to train on)")
         return self
 
     @model_validator(mode="after")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from rich.markup import escape
@@ -241,6 +241,9 @@ class GRPOTrainer:
         self.expert: list[TrainRow] = []
         if self.preset.mix is not None:
             self.expert = self._load_expert()
+        self.warmup_rows: list[TrainRow] = []
+        if cfg.sft_warmup_steps:
+            self.warmup_rows = self._load_expert(cfg.sft_warmup_tokens)
         self.pending: list[int] = []
         self.reward_history: list[float] = []
         self.watch: RunWatch | None = None
@@ -309,7 +312,7 @@ class GRPOTrainer:
         # The HF view stores ``info`` as JSON text (Arrow cannot hold differently-keyed dicts)
         return [{**r, "info": json.loads(r["info"])} if isinstance(r.get("info"), str) else r for r in kept.to_list()]
 
-    def _load_expert(self) -> list[TrainRow]:
+    def _load_expert(self, tokens: Literal["all", "content"] = "all") -> list[TrainRow]:
         path = Path(self.cfg.expert_data or "")
         if not path.is_file():
             raise ConfigError(f"expert_data {path} does not exist")
@@ -322,9 +325,10 @@ class GRPOTrainer:
                 raise ConfigError(f"{path}:{i + 1} has no 'messages' list (chat rows are needed for SFT)")
             convs.append(row["messages"])
             tools.append(row.get("tools"))  # a tool-using episode is rendered with its tool schemas
-        rows = expert_rows(self.tokenizer, convs, self.cfg.max_seq_len, tools=tools)
+        rows = expert_rows(self.tokenizer, convs, self.cfg.max_seq_len, tools=tools, tokens=tokens)
         if not rows:
-            raise ConfigError(f"{path} has no assistant turns to train on")
+            what = "assistant turns" if tokens == "all" else "assistant content (text or tool-call arguments)"
+            raise ConfigError(f"{path} has no {what} to train on")
         return rows
 
     # -- data ------------------------------------------------------------------------------
@@ -642,6 +646,26 @@ class GRPOTrainer:
         with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
             self.accelerator.backward(loss)
 
+    def _sft_warmup(self) -> None:
+        """`run_sft_warmup` on this run's model and optimizer, then the weights go to the server."""
+        from trainers.grpo.warmup import run_sft_warmup
+
+        cfg = self.cfg
+        what = "content" if cfg.sft_warmup_tokens == "content" else "all assistant tokens"
+        self._print_main(f"sft warm-up: {cfg.sft_warmup_steps} steps on {len(self.warmup_rows)} expert rows ({what})")
+        summary = run_sft_warmup(
+            model=self.model, optimizer=self.optimizer, params=self.params, rows=self.warmup_rows,
+            steps=cfg.sft_warmup_steps, batch_size=cfg.sft_warmup_batch_size,
+            learning_rate=cfg.sft_warmup_learning_rate or cfg.learning_rate, max_grad_norm=cfg.max_grad_norm,
+            pad_id=self.tokenizer.pad_token_id or 0, device=self.device, seed=cfg.seed + self.dist.rank,
+            backward=lambda loss: self._backward(loss, last=True), clip=self.accelerator.clip_grad_norm_,
+            updating=self.sync.updating, log_path=self.out / "warmup.jsonl" if self.dist.is_main else None,
+            print_line=self._print_main, chunk_tokens=cfg.logprob_chunk_tokens,
+        )
+        self.sync.after_step(self.version)  # a server of its own (vLLM, vf-serve) gets the warmed-up weights
+        self._print_main(f"sft warm-up done in {summary['warmup/time_s']:.1f}s: loss "
+                         f"{summary['warmup/loss_first']:.4f} -> {summary['warmup/loss_last']:.4f}")
+
     def _share_prompts(self) -> bool:
         """Whether the learner may run each group's prompt once (not with gradient checkpointing).
 
@@ -791,6 +815,8 @@ class GRPOTrainer:
         self.setup()
         if not (resume and self._resume(resume)):
             self.sync.on_start(self.version)
+            if cfg.sft_warmup_steps and self.step == 0:
+                self._sft_warmup()
         logger = MetricsLogger(self.out, cfg.report_to, run_name=self.out.name, config=cfg.model_dump(mode="json"),
                                resume_step=self.step if resume else None, enabled=self.dist.is_main)
         t0 = time.perf_counter()

@@ -31,47 +31,72 @@ UNK = "<|unk|>"
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 SPECIAL_TOKENS = (PAD, EOS, IM_START, IM_END, UNK)
 
-# The template follows the ChatML layout used by Qwen models. Tools are listed in the
-# system turn as one JSON schema per line; assistant tool calls are rendered exactly as the
-# model is expected to emit them, so a multi-turn transcript re-renders to the same text.
-CHAT_TEMPLATE = (
-    "{% macro text(c) %}"
-    "{% if c is string %}{{ c }}"
-    "{% elif c is none %}"
-    "{% else %}{% for p in c %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}"
-    "{% endif %}"
-    "{% endmacro %}"
-    "{% if tools %}"
-    "<|im_start|>system\n"
-    "{% if messages and messages[0].role == 'system' %}{{ '\\n' }}{{ text(messages[0].content) }}{{ '\\n' }}{% endif %}"
-    "\n# Tools\n<tools>\n"
+# The template follows the ChatML layout used by Qwen models. Tools are listed in the system
+# turn, either as one JSON schema per line (``"json"``, as Qwen does) or as one compact
+# signature per line (``"signature"``: ``lookup(key: string): read the value of a key``).
+# With one token per character a JSON schema costs ~300 prompt tokens a tool, most of every
+# sequence of a short tool task; the signature carries the names, types and description in ~50.
+# Assistant tool calls are rendered exactly as the model is expected to emit them
+# (``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` in both forms), so a multi-turn
+# transcript re-renders to the same text.
+_TOOLS_JSON = (
     "{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
-    "</tools>\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call><|im_end|>\n"
-    "{% elif messages and messages[0].role == 'system' %}"
-    "<|im_start|>system\n{{ text(messages[0].content) }}<|im_end|>\n"
-    "{% endif %}"
-    "{% for m in messages %}"
-    "{% if m.role == 'system' %}"
-    "{% if not loop.first %}{{ raise_exception('a system message must come first') }}{% endif %}"
-    "{% elif m.role == 'assistant' %}"
-    "<|im_start|>assistant\n{{ text(m.content) }}"
-    "{% for tc in (m.tool_calls or []) %}"
-    "{% set f = tc.function if tc.function is defined else tc %}"
-    "<tool_call>{\"name\": {{ f.name | tojson }}, \"arguments\": "
-    "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}"
-    "}</tool_call>"
-    "{% endfor %}"
-    "<|im_end|>\n"
-    "{% elif m.role == 'tool' %}"
-    "<|im_start|>user\n<tool_response>\n{{ text(m.content) }}\n</tool_response><|im_end|>\n"
-    "{% elif m.role == 'user' %}"
-    "<|im_start|>user\n{{ text(m.content) }}<|im_end|>\n"
-    "{% else %}"
-    "{{ raise_exception('unknown role: ' ~ m.role) }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+_TOOLS_SIGNATURE = (
+    "{% for t in tools %}"
+    "{% set f = t.function if t.function is defined else t %}"
+    "{% set props = (f.parameters or {}).properties or {} %}"
+    "{{ f.name }}({% for k in props %}{{ k }}: {{ props[k].type or 'any' }}{% if not loop.last %}, {% endif %}"
+    "{% endfor %}){% if f.description %}: {{ f.description }}{% endif %}{{ '\\n' }}"
+    "{% endfor %}"
+)
+ToolFormat = Literal["json", "signature"]
+
+
+def chat_template(tool_format: ToolFormat = "json") -> str:
+    """The tiny tokenizer's chat template, listing tools as JSON schemas or as signatures."""
+    tools = {"json": _TOOLS_JSON, "signature": _TOOLS_SIGNATURE}[tool_format]
+    return (
+        "{% macro text(c) %}"
+        "{% if c is string %}{{ c }}"
+        "{% elif c is none %}"
+        "{% else %}{% for p in c %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}"
+        "{% endif %}"
+        "{% endmacro %}"
+        "{% if tools %}"
+        "<|im_start|>system\n"
+        "{% if messages and messages[0].role == 'system' %}{{ '\\n' }}{{ text(messages[0].content) }}{{ '\\n' }}{% endif %}"
+        "\n# Tools\n<tools>\n"
+        + tools
+        + "</tools>\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call><|im_end|>\n"
+        "{% elif messages and messages[0].role == 'system' %}"
+        "<|im_start|>system\n{{ text(messages[0].content) }}<|im_end|>\n"
+        "{% endif %}"
+        "{% for m in messages %}"
+        "{% if m.role == 'system' %}"
+        "{% if not loop.first %}{{ raise_exception('a system message must come first') }}{% endif %}"
+        "{% elif m.role == 'assistant' %}"
+        "<|im_start|>assistant\n{{ text(m.content) }}"
+        "{% for tc in (m.tool_calls or []) %}"
+        "{% set f = tc.function if tc.function is defined else tc %}"
+        "<tool_call>{\"name\": {{ f.name | tojson }}, \"arguments\": "
+        "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}"
+        "}</tool_call>"
+        "{% endfor %}"
+        "<|im_end|>\n"
+        "{% elif m.role == 'tool' %}"
+        "<|im_start|>user\n<tool_response>\n{{ text(m.content) }}\n</tool_response><|im_end|>\n"
+        "{% elif m.role == 'user' %}"
+        "<|im_start|>user\n{{ text(m.content) }}<|im_end|>\n"
+        "{% else %}"
+        "{{ raise_exception('unknown role: ' ~ m.role) }}"
+        "{% endif %}"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
+CHAT_TEMPLATE = chat_template("json")
 
 
 class TinyModelSpec(BaseModel):
@@ -87,6 +112,7 @@ class TinyModelSpec(BaseModel):
     num_key_value_heads: int = Field(2, ge=1)
     max_position_embeddings: int = Field(2048, ge=16)
     tie_word_embeddings: bool = True
+    tool_format: ToolFormat = "json"
     seed: int = 0
 
 
@@ -96,7 +122,7 @@ def char_vocab() -> list[str]:
     return [*SPECIAL_TOKENS, *TOOL_TOKENS, *chars]
 
 
-def build_char_tokenizer() -> Any:
+def build_char_tokenizer(tool_format: ToolFormat = "json") -> Any:
     """A ``PreTrainedTokenizerFast`` that maps every character to one token.
 
     Unknown characters become ``<|unk|>``. Decoding concatenates tokens without spaces.
@@ -120,7 +146,7 @@ def build_char_tokenizer() -> Any:
         model_max_length=2048,
         clean_up_tokenization_spaces=False,
     )
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = chat_template(tool_format)
     return tok
 
 
@@ -130,7 +156,7 @@ def build_tiny_model(spec: TinyModelSpec | None = None, tokenizer: Any | None = 
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     spec = spec or TinyModelSpec()
-    tok = tokenizer if tokenizer is not None else build_char_tokenizer()
+    tok = tokenizer if tokenizer is not None else build_char_tokenizer(spec.tool_format)
     common: dict[str, Any] = dict(
         vocab_size=len(tok),
         hidden_size=spec.hidden_size,
@@ -183,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--max-len", type=int, default=2048)
+    ap.add_argument("--tool-format", choices=["json", "signature"], default="json",
+                    help="how the chat template lists tools: JSON schemas, or compact signatures (~6x fewer tokens)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     spec = TinyModelSpec(
@@ -193,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         num_attention_heads=a.heads,
         num_key_value_heads=a.kv_heads,
         max_position_embeddings=a.max_len,
+        tool_format=a.tool_format,
         seed=a.seed,
     )
     out = save_tiny_model(a.out_dir, spec)

@@ -1,0 +1,133 @@
+"""The SFT warm-up (`sft_warmup_steps`) and its content-only loss (`sft_warmup_tokens = "content"`).
+
+The content is what an expert message chose (its text, its tool calls' argument values); the
+chat template's markup is not. A run with a warm-up trains on expert rows before its first
+rollout, logs each warm-up step, and leaves the RL phase's learning rate as configured.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from trainers.grpo.batch import expert_rows
+from trainers.grpo.config import load_config
+from verifiers.errors import ConfigError
+from verifiers.inference.tiny import build_char_tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERT = ROOT / "examples" / "data" / "key_lookup_expert.jsonl"
+
+
+def trained_text(tok: Any, row: Any) -> str:
+    return tok.decode([t for t, m in zip(row.input_ids[1:], row.loss_mask, strict=True) if m], skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("tool_format", ["json", "signature"])
+def test_content_of_a_key_lookup_episode_is_the_key_and_the_answer(tool_format: str) -> None:
+    tok = build_char_tokenizer(tool_format)
+    episode = json.loads(EXPERT.read_text().splitlines()[0])
+    key = episode["messages"][1]["tool_calls"][0]["function"]["arguments"]["key"]
+    answer = episode["messages"][3]["content"]
+    (content,) = expert_rows(tok, [episode["messages"]], 4096, tools=[episode["tools"]], tokens="content")
+    (whole,) = expert_rows(tok, [episode["messages"]], 4096, tools=[episode["tools"]])
+    assert trained_text(tok, content) == key + answer
+    assert content.input_ids == whole.input_ids  # the same tokens, only the loss mask differs
+    assert set(i for i, m in enumerate(content.loss_mask) if m) < set(i for i, m in enumerate(whole.loss_mask) if m)
+    assert trained_text(tok, whole).startswith('<tool_call>{"name": "lookup"')
+
+
+def test_content_is_text_and_argument_values_not_names_or_punctuation() -> None:
+    tok = build_char_tokenizer()
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": "x y", "c": [7, 8]}'}},
+        {"id": "b", "type": "function", "function": {"name": "find", "arguments": {"name": "name", "empty": ""}}},
+    ]
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure, 42.", "tool_calls": calls}]
+    (row,) = expert_rows(tok, [conv], 4096, tokens="content")
+    # the argument named "name" holds the value "name": the value is found after its own argument name
+    assert trained_text(tok, row) == "Sure, 42." + "1" + "x y" + "7" + "8" + "name"
+
+
+def test_a_conversation_without_content_is_left_out_of_the_content_rows() -> None:
+    tok = build_char_tokenizer()
+    call = {"id": "a", "type": "function", "function": {"name": "ping", "arguments": {}}}
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    assert expert_rows(tok, [conv], 4096, tokens="content") == []
+    assert len(expert_rows(tok, [conv], 4096)) == 1
+
+
+def test_a_tokenizer_that_does_not_reproduce_the_template_ids_is_refused() -> None:
+    tok = build_char_tokenizer()
+
+    class Shifted:
+        """Renders like the tiny tokenizer, but tokenizes text to other ids."""
+
+        chat_template = tok.chat_template
+
+        def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+            return tok.apply_chat_template(*args, **kwargs)
+
+        def __call__(self, text: str, **kwargs: Any) -> Any:
+            enc = tok(text, **kwargs)
+            return {**enc, "input_ids": [i + 1 for i in enc["input_ids"]]}
+
+        def encode(self, text: str, **kwargs: Any) -> list[int]:
+            return tok.encode(text, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(tok, name)
+
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    with pytest.raises(ConfigError, match="same ids"):
+        expert_rows(Shifted(), [conv], 4096, tokens="content")
+
+
+def test_a_warmup_needs_expert_data() -> None:
+    with pytest.raises(ConfigError, match="expert_data"):
+        load_config(None, {"sft_warmup_steps": 10})
+
+
+def test_a_run_warms_up_on_expert_content_before_its_first_rollout(tmp_path: Path) -> None:
+    import torch
+    from rich.console import Console
+
+    from trainers.grpo.trainer import GRPOTrainer
+
+    env_root = ROOT / "environments" / "key_lookup"
+    sys.path.insert(0, str(env_root))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(None, {
+            "model": "tiny", "tiny_model": {"hidden_size": 32, "tool_format": "signature"},
+            "env_id": "key-lookup", "env_args": {"digits": 2, "num_train_examples": 8, "num_eval_examples": 0},
+            "expert_data": str(EXPERT), "sft_warmup_steps": 60, "sft_warmup_batch_size": 8,
+            "sft_warmup_learning_rate": 1e-2, "learning_rate": 1e-4, "output_dir": str(tmp_path / "run"),
+            "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2, "max_steps": 1, "max_tokens": 8,
+            "progress": False, "plot": False, "save_every": 0, "num_sample_completions": 0, "torch_threads": 1,
+        })
+        out = io.StringIO()
+        trainer = GRPOTrainer(cfg, console=Console(file=out, width=200))
+        trainer.train()
+    finally:
+        sys.path.remove(str(env_root))
+        torch.set_num_threads(threads)
+    log = [json.loads(line) for line in (tmp_path / "run" / "warmup.jsonl").read_text().splitlines()]
+    assert [r["warmup_step"] for r in log] == list(range(1, 61))
+    assert all(r["tokens"] == 8 * 3 for r in log)  # per row: the key and two digits, nothing else
+    first, last = sum(r["loss"] for r in log[:10]) / 10, sum(r["loss"] for r in log[-10:]) / 10
+    assert last < first - 0.3, (first, last)  # it learned something (the digits' and keys' marginals at least)
+    text = out.getvalue()
+    assert "sft warm-up: 60 steps on 1024 expert rows (content)" in text
+    assert text.index("sft warm-up done") < text.index("step 1/1")
+    # the RL phase runs at its own learning rate, not the warm-up's
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["learning_rate"] == pytest.approx(1e-4)

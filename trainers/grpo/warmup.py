@@ -1,0 +1,96 @@
+"""SFT warm-up: supervised steps on expert episodes before the first RL step, without rollouts.
+
+Why: RL needs some rewarded rollouts to learn from, and a randomly initialised model has none.
+The warm-up gives it skills cheaply (no generation, a forward and backward per step). With
+``sft_warmup_tokens = "content"`` it trains only what each expert message chose (its text and
+tool-call argument values, `trainers.grpo.content_spans`), so a tiny model learns to copy the
+episode's data before the template's markup; the markup then comes from the RL phase (MIX's
+SFT half, or the rewards). Rows and steps are logged to ``warmup.jsonl`` beside ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.grpo.batch import TrainRow, collate
+from trainers.grpo.logprobs import completion_logps
+
+__all__ = ["run_sft_warmup"]
+
+
+def run_sft_warmup(
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    params: Sequence[torch.nn.Parameter],
+    rows: Sequence[TrainRow],
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    max_grad_norm: float | None,
+    pad_id: int,
+    device: Any,
+    seed: int,
+    backward: Callable[[torch.Tensor], None],
+    clip: Callable[[Sequence[torch.nn.Parameter], float], Any],
+    updating: Callable[[], Any],
+    log_path: Path | None,
+    print_line: Callable[[str], None],
+    chunk_tokens: int | None = None,
+    print_every: int = 50,
+) -> dict[str, float]:
+    """``steps`` SFT steps on ``rows`` (a token mean of -log p over their loss masks); returns a summary.
+
+    The learning rate falls from ``learning_rate`` to a tenth of it on a cosine over the warm-up
+    (a constant rate made a tiny model's loss spike and lose a learned copy late in the
+    warm-up); the optimizer's own rate is restored after, so the RL phase's schedule starts
+    where it would without a warm-up. Adam's moments carry over.
+    """
+    if not rows:
+        raise ValueError("the SFT warm-up has no expert rows to train on")
+    rng = random.Random(seed * 7919 + 4_241)
+    saved = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = learning_rate
+    t0 = time.perf_counter()
+    losses: list[float] = []
+    log = log_path.open("a") if log_path is not None else None
+    try:
+        for step in range(1, steps + 1):
+            lr = learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * (step - 1) / max(steps - 1, 1))))
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            batch = collate([rows[rng.randrange(len(rows))] for _ in range(batch_size)], pad_id).to(device)
+            logp, _ = completion_logps(model, batch, 1.0, with_entropy=False, share_prompts=False,
+                                       chunk_tokens=chunk_tokens)
+            mask = batch.loss_mask
+            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            backward(loss)
+            grad_norm = float(clip(params, max_grad_norm)) if max_grad_norm is not None else float("nan")
+            with updating():
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+            if log is not None:
+                log.write(json.dumps({"warmup_step": step, "loss": losses[-1], "grad_norm": grad_norm,
+                                      "tokens": int(mask.sum()), "learning_rate": lr,
+                                      "time_s": time.perf_counter() - t0}) + "\n")
+            if print_every and (step % print_every == 0 or step == steps):
+                window = losses[-print_every:]
+                print_line(f"sft warm-up step {step}/{steps}: loss {sum(window) / len(window):.4f}")
+    finally:
+        if log is not None:
+            log.close()
+        for g, lr in zip(optimizer.param_groups, saved, strict=True):
+            g["lr"] = lr
+    k = max(1, len(losses) // 10)
+    return {"warmup/steps": float(steps), "warmup/loss_first": sum(losses[:k]) / k,
+            "warmup/loss_last": sum(losses[-k:]) / k, "warmup/time_s": time.perf_counter() - t0}
