@@ -4,9 +4,10 @@ A config that cannot learn (a masked-out signal, adapters that cannot move the o
 a working run until someone stares at its curve; this catches it in CI. Each run is the shipped
 file with only ``max_steps``, the output directory and quiet output overridden, so the
 algorithm, model, learning rate and batch are exactly what a user gets. (``quickstart_vllm.toml``
-needs a vLLM server and is trained in ``tests/vllm``; ``agentic.toml`` runs about 3 s a step, so 60
-of them would cost minutes of CI, and it has no reward to show that early: its two-turn rows are
-checked in ``test_multiturn_rows.py`` and its learning by ``benchmarks/agentic_learning.py``.)
+needs a vLLM server and is trained in ``tests/vllm``; ``agentic.toml`` starts with a 1,000-step SFT
+warm-up and shows its first rewards after about 80 RL steps, 2 to 3 minutes of CI: its warm-up is
+tested in ``test_sft_warmup.py``, its two-turn rows in ``test_multiturn_rows.py`` and its learning by
+``benchmarks/agentic_learning.py``.)
 """
 
 from __future__ import annotations

@@ -813,13 +813,13 @@ class GRPOTrainer:
 
         cfg = self.cfg
         self.setup()
+        t0 = time.perf_counter()  # the run's wall time includes an SFT warm-up
         if not (resume and self._resume(resume)):
             self.sync.on_start(self.version)
             if cfg.sft_warmup_steps and self.step == 0:
                 self._sft_warmup()
         logger = MetricsLogger(self.out, cfg.report_to, run_name=self.out.name, config=cfg.model_dump(mode="json"),
                                resume_step=self.step if resume else None, enabled=self.dist.is_main)
-        t0 = time.perf_counter()
         interrupted = False
         self._stop_requested = False
         self._committing = False  # the weights of the step in progress have been updated
