@@ -93,6 +93,8 @@ class TrainConfig(BaseModel):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = -1
+    min_p: float = Field(0.0, ge=0, lt=1, description="sent as extra_body.min_p when > 0: tokens below min_p x the "
+                         "likeliest token's probability are never sampled")
     max_prompt_len: int | None = Field(None, ge=1, description="drop training prompts longer than this")
     max_seq_len: int = Field(2048, ge=2, description="prompt + completion tokens trained on per rollout")
     overlong: Literal["truncate", "drop"] = "truncate"

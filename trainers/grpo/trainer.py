@@ -224,6 +224,8 @@ class GRPOTrainer:
                     "logprobs": True, "extra_body": {"return_token_ids": True}}
         if cfg.top_k > 0:
             sampling["extra_body"]["top_k"] = cfg.top_k
+        if cfg.min_p > 0:
+            sampling["extra_body"]["min_p"] = cfg.min_p
         self.sampling_args = sampling
         store_kwargs = {"consumers": ("trainer",), "columns": COLUMNS, "max_staleness": cfg.max_staleness,
                         "filter_zero_std": self.preset.filter_zero_std_groups, "seed": cfg.seed}
