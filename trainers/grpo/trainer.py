@@ -660,7 +660,9 @@ class GRPOTrainer:
             steps=cfg.sft_warmup_steps, batch_size=cfg.sft_warmup_batch_size,
             learning_rate=cfg.sft_warmup_learning_rate or cfg.learning_rate, max_grad_norm=cfg.max_grad_norm,
             pad_id=self.tokenizer.pad_token_id or 0, device=self.device, seed=cfg.seed + self.dist.rank,
-            backward=lambda loss: self._backward(loss, last=True), clip=self.accelerator.clip_grad_norm_,
+            # each rank's loss is the mean over its own rows: DDP's average over ranks is then the mean
+            backward=lambda loss: self._backward(loss / self.dist.world_size if self.dist.active else loss, last=True),
+            clip=self.accelerator.clip_grad_norm_,
             updating=self.sync.updating, log_path=self.out / "warmup.jsonl" if self.dist.is_main else None,
             print_line=self._print_main, chunk_tokens=cfg.logprob_chunk_tokens,
         )

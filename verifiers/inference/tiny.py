@@ -34,7 +34,7 @@ SPECIAL_TOKENS = (PAD, EOS, IM_START, IM_END, UNK)
 # The template follows the ChatML layout used by Qwen models. Tools are listed in the system
 # turn, either as one JSON schema per line (``"json"``, as Qwen does) or as one compact
 # signature per line (``"signature"``: ``lookup(key: string): read the value of a key``).
-# With one token per character a JSON schema costs ~300 prompt tokens a tool, most of every
+# With one token per character a JSON schema costs ~250 prompt tokens a tool, most of every
 # sequence of a short tool task; the signature carries the names, types and description in ~50.
 # Assistant tool calls are rendered exactly as the model is expected to emit them
 # (``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` in both forms), so a multi-turn
