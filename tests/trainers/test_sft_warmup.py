@@ -131,3 +131,28 @@ def test_a_run_warms_up_on_expert_content_before_its_first_rollout(tmp_path: Pat
     # the RL phase runs at its own learning rate, not the warm-up's
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["learning_rate"] == pytest.approx(1e-4)
+
+
+def test_ctrl_c_during_the_warmup_exits_130_with_one_line(tmp_path: Path, vf_train: list[str],
+                                                          subprocess_env: dict[str, str]) -> None:
+    import signal
+    import subprocess
+
+    args = ["--model", "tiny", "--tiny_model.hidden_size", "32", "--env_id", "key-lookup",
+            "--expert_data", str(EXPERT), "--sft_warmup_steps", "100000", "--sft_warmup_batch_size", "4",
+            "--output_dir", str(tmp_path / "run"), "--progress", "false", "--torch_threads", "1"]
+    proc = subprocess.Popen([*vf_train, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=subprocess_env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the warm-up has started once it says so
+            if line.startswith("sft warm-up:"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted before the first RL step" in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ServerError, RubricError) as exc:  # the server died, or the rewards are broken
         print(f"vf-train: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the RL loop handles its own; this is setup or the SFT warm-up
+        print("vf-train: interrupted before the first RL step (setup or SFT warm-up); nothing was saved, "
+              "so a new run starts from the beginning", file=sys.stderr)
+        return 130
     except ImportError as exc:
         from verifiers.cli.extras import exit_for_missing_extra
 

@@ -821,7 +821,11 @@ class GRPOTrainer:
         if not (resume and self._resume(resume)):
             self.sync.on_start(self.version)
             if cfg.sft_warmup_steps and self.step == 0:
-                self._sft_warmup()
+                try:
+                    self._sft_warmup()
+                except BaseException:  # Ctrl-C included: nothing to save yet (a new run warms up again)
+                    self.generator.close()
+                    raise
         logger = MetricsLogger(self.out, cfg.report_to, run_name=self.out.name, config=cfg.model_dump(mode="json"),
                                resume_step=self.step if resume else None, enabled=self.dist.is_main)
         interrupted = False
