@@ -93,6 +93,13 @@ def fake_server() -> Iterator[tuple[str, list[tuple[str, str, dict[str, str]]]]]
                 self.end_headers()
                 self.wfile.write(b'{"detail":"Not Found"}')
                 return
+            if self.path == "/dies":  # a server killed while answering: fewer bytes than announced
+                self.send_response(200)
+                self.send_header("Content-Length", "7062")
+                self.end_headers()
+                self.wfile.write(b'{"par')
+                self.close_connection = True
+                return
             out = json.dumps({"echo": body}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -130,3 +137,6 @@ def test_admin_errors_name_the_server_route_and_hint(fake_server: tuple[str, lis
     with pytest.raises(ServerUnreachableError, match="is the server running"):
         VLLMAdmin(f"http://127.0.0.1:{free_port()}/v1").post("/pause")
     assert not VLLMAdmin(f"http://127.0.0.1:{free_port()}").healthy()
+    # cut off mid-answer (http.client.IncompleteRead): the same typed error, so a sync can drop the server
+    with pytest.raises(ServerUnreachableError, match="/dies failed.*is the server running"):
+        VLLMAdmin(url).post("/dies")

@@ -48,6 +48,13 @@ def assert_every_sync_verified(rows: list[dict[str, Any]]) -> None:
     assert max(r["sync/probe_change"] for r in rows) > 1e-2
 
 
+# vLLM's CPU kernels and transformers, both float32, differ by up to a few 1e-4 on a probe logprob once a
+# run has sharpened the model (2.4e-4 seen in CI): the trainer verifies every sync at 1e-3
+# (`sync_probe.default_tolerance`); that the weights are the last sync's is shown by the weight version
+# (first test) and by the base model differing from the trained one by more than this (LoRA test).
+FINAL_TOL = 1e-3
+
+
 def probe_matches_final_model(server_url: str, final_model: Path, served_name: str = "policy") -> float:
     from trainers.grpo import sync_probe
     from verifiers.inference.loading import load_model_and_tokenizer
@@ -76,7 +83,7 @@ def test_learns_against_one_server_and_it_serves_the_final_model(model_dir: Path
         assert_every_sync_verified(rows)
         assert all(r["rollouts/errors"] == 0 for r in rows)
         # After training, vLLM serves exactly the weights in output_dir/final_model.
-        assert probe_matches_final_model(server.base_url, out / "final_model") <= 1e-4
+        assert probe_matches_final_model(server.base_url, out / "final_model") <= FINAL_TOL
         assert VLLMAdmin(server.base_url).weight_version() == str(STEPS)
 
 
@@ -134,7 +141,7 @@ def test_killed_server_stops_with_a_clear_error_and_resume_finishes(model_dir: P
         rows = metrics(out)
         assert [r["step"] for r in rows] == list(range(1, steps + 1))  # nothing lost, nothing twice
         assert_every_sync_verified([r for r in rows if r["step"] > stopped_at])
-        assert probe_matches_final_model(server2.base_url, out / "final_model") <= 1e-4
+        assert probe_matches_final_model(server2.base_url, out / "final_model") <= FINAL_TOL
 
 
 def test_a_dead_replica_fails_over_to_the_other(model_dir: Path, tmp_path: Path,
@@ -193,7 +200,7 @@ def test_lora_syncs_the_adapter_only_and_is_verified(model_dir: Path, tmp_path: 
         assert len(rows) == steps and all(r["rollouts/errors"] == 0 for r in rows)
         assert_every_sync_verified(rows)
         # The base weights stayed as they were; base + the served adapter is the trained (merged) model.
-        assert probe_matches_final_model(server.base_url, out / "final_model", "policy-lora") <= 1e-4
+        assert probe_matches_final_model(server.base_url, out / "final_model", "policy-lora") <= FINAL_TOL
         assert probe_matches_final_model(server.base_url, out / "final_model", "policy") > 1e-3
 
 

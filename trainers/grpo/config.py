@@ -294,7 +294,11 @@ def _unknown_key(loc: tuple[Any, ...]) -> str:
     """``unknown key 'x'`` with the closest known names, not a list of every key."""
     where = ".".join(str(p) for p in loc)
     known = _known_keys(loc)
-    close = difflib.get_close_matches(str(loc[-1]), known, n=3, cutoff=0.6)
+    word = str(loc[-1])
+    close = difflib.get_close_matches(word, known, n=3, cutoff=0.6)
+    # only the near-best: 'learning_rat' is 'learning_rate', not also 'sft_warmup_learning_rate'
+    score = {c: difflib.SequenceMatcher(None, word, c).ratio() for c in close}
+    close = [c for c in close if score[c] >= max(score.values(), default=0.0) - 0.15]
     prefix = ".".join(str(p) for p in loc[:-1])
     names = [f"{prefix}.{c}" if prefix else c for c in close]
     if names:

@@ -16,6 +16,7 @@ they survive server restarts and resumes; the server is told the version with th
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import urllib.parse
@@ -115,7 +116,7 @@ class DiskReloadSync(ExternalServerSync):
         try:
             with urllib.request.urlopen(req, timeout=600) as resp:
                 resp.read()
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:  # HTTPException: cut off mid-answer (IncompleteRead)
             raise ServerError(f"weight reload at {self.root}/weights/reload failed: {exc}") from exc
 
     def on_start(self, version: int) -> None:

@@ -13,6 +13,7 @@ No torch import: `vf-vllm` and the eval tests use this too.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import urllib.error
@@ -56,7 +57,7 @@ class VLLMAdmin:
             if exc.code == 404 and path not in ("/v1/models", "/health"):
                 hint = " (is the server vLLM, started in dev mode? `vf-vllm` sets VLLM_SERVER_DEV_MODE=1)"
             raise ServerError(f"{method} {self.root}{path} failed with HTTP {exc.code}: {detail}{hint}") from None
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset, or cut off mid-answer (IncompleteRead)
             raise ServerUnreachableError(f"{method} {self.root}{path} failed: {exc} (is the server running?)") from None
         if not raw.strip():
             return None
