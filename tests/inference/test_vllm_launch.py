@@ -138,5 +138,5 @@ def test_admin_errors_name_the_server_route_and_hint(fake_server: tuple[str, lis
         VLLMAdmin(f"http://127.0.0.1:{free_port()}/v1").post("/pause")
     assert not VLLMAdmin(f"http://127.0.0.1:{free_port()}").healthy()
     # cut off mid-answer (http.client.IncompleteRead): the same typed error, so a sync can drop the server
-    with pytest.raises(ServerUnreachableError, match="/dies failed.*is the server running"):
+    with pytest.raises(ServerUnreachableError, match=r"/dies failed.*is the server running"):
         VLLMAdmin(url).post("/dies")
