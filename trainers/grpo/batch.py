@@ -182,13 +182,14 @@ def expert_rows(
         for k, m in enumerate(conv):
             if m.get("role") != "assistant":
                 continue
+            if content is not None:  # the message's own characters, mapped to tokens by offsets
+                chars = (len(render(conv[:k], True, text=True)) if k else 0, len(render(conv[: k + 1], False, text=True)))
+                mask = [a | b for a, b in zip(mask, content.mask(chars, m), strict=True)]
+                continue
             start = len(render(conv[:k], True)) if k else 0
             end = len(render(conv[: k + 1], False))
-            if content is not None:
-                chars = (len(render(conv[:k], True, text=True)) if k else 0, len(render(conv[: k + 1], False, text=True)))
-                keep = content.mask(chars, m)
             for j in range(start, min(end, len(ids))):
-                mask[j] = 1 if content is None else keep[j]
+                mask[j] = 1
         ids, mask = ids[:max_seq_len], mask[:max_seq_len]
         if len(ids) < 2 or sum(mask[1:]) == 0:
             continue

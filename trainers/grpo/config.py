@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from trainers.grpo.ray_config import RayConfig
 from verifiers.errors import ConfigError
+from verifiers.inference.tiny import ToolFormat
 
 
 class TinyModelConfig(BaseModel):
@@ -28,7 +29,7 @@ class TinyModelConfig(BaseModel):
     num_hidden_layers: int = 2
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    tool_format: Literal["json", "signature"] = Field(
+    tool_format: ToolFormat = Field(
         "json", description="how the chat template lists tools: JSON schemas or compact signatures (vf-tiny)")
     seed: int = 0
 

@@ -58,8 +58,6 @@ def run_sft_warmup(
         raise ValueError("the SFT warm-up has no expert rows to train on")
     rng = random.Random(seed * 7919 + 4_241)
     saved = [g["lr"] for g in optimizer.param_groups]
-    for g in optimizer.param_groups:
-        g["lr"] = learning_rate
     t0 = time.perf_counter()
     losses: list[float] = []
     log = log_path.open("a") if log_path is not None else None
