@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2 as httpx  # the HTTP library of the openai SDK (openai>=3)
 
 from verifiers.errors import EndpointCheckError
 from verifiers.eval.endpoints import Endpoint, api_key_for

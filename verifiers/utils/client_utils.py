@@ -23,7 +23,7 @@ def setup_client(
     Connection limits are set as upstream does, since evaluations open many
     concurrent requests; environments accept this client like any other.
     """
-    import httpx
+    import httpx2 as httpx  # the SDK (openai>=3) accepts only its own HTTP library's client
 
     http_client = httpx.AsyncClient(
         limits=httpx.Limits(
