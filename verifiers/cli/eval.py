@@ -329,6 +329,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] |
     from verifiers.eval.legacy_flags import add_env_dir
     from verifiers.eval.runner import run_eval
     from verifiers.rollout.error_report import error_share, first_error_messages
+    from verifiers.terminal import escape_controls
 
     check_legacy_flags(args, err)
     config = config_from_args(args)
@@ -339,7 +340,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] |
     if first_messages:
         out.print("First error message of each type:")
         for kind, message in first_messages.items():
-            out.print(f"  {kind}: {message[:500]}", soft_wrap=True, markup=False)
+            out.print(escape_controls(f"  {kind}: {message[:500]}"), soft_wrap=True, markup=False)
     if result.run_dir is not None:
         out.print(f"Saved: {result.run_dir}", soft_wrap=True)
         if args.report:

@@ -17,8 +17,10 @@ import time
 from types import TracebackType
 
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from verifiers.terminal import escape_controls
 from verifiers.types import RolloutResult
 
 
@@ -114,7 +116,7 @@ class EvalDisplay:
             transient=False,
         )
         self._task = self._bar.add_task(
-            self.description, total=self.progress.total, rate=0.0, reward="-", errors=0
+            rich_escape(escape_controls(self.description)), total=self.progress.total, rate=0.0, reward="-", errors=0
         )
         self._bar.start()
 
@@ -125,7 +127,7 @@ class EvalDisplay:
         if result.error is not None and result.error.type not in self.first_errors:
             self.first_errors[result.error.type] = result.error.message
             self.console.print(
-                f"first {result.error.type}: {result.error.message[:500]}",
+                escape_controls(f"first {result.error.type}: {result.error.message[:500]}"),
                 style="red",
                 markup=False,
                 highlight=False,

@@ -29,9 +29,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from verifiers.errors import ConfigError
+from verifiers.terminal import plain_text
 from verifiers.types import RolloutResult
 
 __all__ = [
@@ -301,7 +301,7 @@ def _counts_table(title: str, counts: Mapping[str, int], total: int, style: str 
     table.add_column("share", justify="right")
     for name, count in counts.items():
         share = f"{100 * count / total:.1f}%" if total else "-"
-        table.add_row(Text(str(name)), str(count), share)
+        table.add_row(plain_text(str(name)), str(count), share)
     return table
 
 
@@ -316,16 +316,16 @@ def render_summary(summary: EvalSummary, console: Console) -> None:
         head.add_row("reward without errored", fmt_stat(summary.reward_without_errors))
     head.add_row(
         "errored rollouts",
-        Text(str(summary.n_errored), style="bold red" if summary.n_errored else ""),
+        plain_text(str(summary.n_errored), style="bold red" if summary.n_errored else ""),
     )
     if summary.n_with_scoring_errors:
         head.add_row(
-            "rollouts with scoring errors", Text(str(summary.n_with_scoring_errors), style="bold red")
+            "rollouts with scoring errors", plain_text(str(summary.n_with_scoring_errors), style="bold red")
         )
     head.add_row("truncated", str(summary.n_truncated))
     head.add_row("mean turns", f"{summary.mean_turns:.2f}")
     console.print(head)
-    console.print(Text("std: population standard deviation over rollouts", style="dim"))
+    console.print(plain_text("std: population standard deviation over rollouts", style="dim"))
 
     if summary.metrics or summary.reward_by_task:
         mt = Table(title="Metrics", title_justify="left", show_edge=False)
@@ -334,9 +334,9 @@ def render_summary(summary: EvalSummary, console: Console) -> None:
         mt.add_column("std", justify="right")
         mt.add_column("n", justify="right")
         for name, s in summary.metrics.items():
-            mt.add_row(Text(name), f"{s.mean:.4f}", f"{s.std:.4f}", str(s.n))
+            mt.add_row(plain_text(name), f"{s.mean:.4f}", f"{s.std:.4f}", str(s.n))
         for task, s in summary.reward_by_task.items():
-            mt.add_row(Text(f"reward[task={task}]"), f"{s.mean:.4f}", f"{s.std:.4f}", str(s.n))
+            mt.add_row(plain_text(f"reward[task={task}]"), f"{s.mean:.4f}", f"{s.std:.4f}", str(s.n))
         console.print(mt)
 
     if summary.pass_at_k:

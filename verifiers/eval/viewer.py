@@ -31,6 +31,7 @@ from rich.text import Text
 from verifiers.errors import ConfigError
 from verifiers.eval.export import LoadedRun, find_runs, is_run_dir, load_run, read_metadata_dict
 from verifiers.eval.summary import render_summary, summarize
+from verifiers.terminal import escape_controls, plain_text
 from verifiers.types import RolloutResult
 
 __all__ = [
@@ -137,7 +138,7 @@ def list_runs(root: Path) -> list[RunInfo]:
 
 def render_runs_table(runs: Sequence[RunInfo], console: Console, root: Path | None = None) -> None:
     title = f"Eval runs under {root}" if root is not None else "Eval runs"
-    table = Table(title=Text(title), title_justify="left")
+    table = Table(title=plain_text(title), title_justify="left")
     # Env and model above the run id in one cell: run ids are long and are what users copy.
     table.add_column("#", justify="right", style="dim", no_wrap=True)
     table.add_column("env · model / run id", overflow="fold")
@@ -149,16 +150,16 @@ def render_runs_table(runs: Sequence[RunInfo], console: Console, root: Path | No
         n = "?" if run.n is None else str(run.n)
         if run.expected is not None and run.expected != run.n:
             n = f"{n}/{run.expected}"
-        name = Text(f"{run.env_id} · {run.model}", style="bold")
-        name.append(f"\n{run.run_id}", style="")
+        name = plain_text(f"{run.env_id} · {run.model}", style="bold")
+        name.append(escape_controls(f"\n{run.run_id}"), style="")
         day, _, clock = run.created_at.partition("T")
         table.add_row(
             str(i),
             name,
-            Text(run.status, style=_STATUS_STYLE.get(run.status, "")),
+            plain_text(run.status, style=_STATUS_STYLE.get(run.status, "")),
             n,
             "-" if run.reward_mean is None else f"{run.reward_mean:.4f}",
-            Text(f"{day}\n{clock[:5]}" if clock else day),
+            plain_text(f"{day}\n{clock[:5]}" if clock else day),
         )
     console.print(table)
 
@@ -176,11 +177,11 @@ def render_run(
     run: LoadedRun, console: Console, *, show_rollouts: bool = True, sort: SortKey = "example"
 ) -> None:
     """Metadata, summary and (optionally) the rollout table of one run."""
-    console.print(Rule(Text(f"{run.env_id} · {run.model} · {run.run_id}")))
+    console.print(Rule(plain_text(f"{run.env_id} · {run.model} · {run.run_id}")))
     meta = Table(show_header=False, show_edge=False, box=None)
     meta.add_column("key", style="bold")
     meta.add_column("value", overflow="fold")
-    meta.add_row("path", Text(str(run.path)))
+    meta.add_row("path", plain_text(str(run.path)))
     for key, value in run.metadata.items():
         if key in _SHOWN_IN_SUMMARY:
             continue
@@ -188,15 +189,15 @@ def render_run(
             text = _plain(value[:_MAX_LIST])[:-1] + f", ... ({len(value)} in all)]"
         else:
             text = _plain(value)
-        meta.add_row(Text(str(key)), Text(text))
+        meta.add_row(plain_text(str(key)), plain_text(text))
     if not run.metadata:
-        meta.add_row("metadata", Text("missing (the run may have died before writing it)", style="yellow"))
+        meta.add_row("metadata", plain_text("missing (the run may have died before writing it)", style="yellow"))
     if run.skipped_lines:
         meta.add_row(
-            "skipped lines", Text(f"{run.skipped_lines} unreadable line(s) in results.jsonl", style="yellow")
+            "skipped lines", plain_text(f"{run.skipped_lines} unreadable line(s) in results.jsonl", style="yellow")
         )
     if run.superseded:
-        meta.add_row("superseded", Text(f"{run.superseded} row(s) replaced by a later write (resume)"))
+        meta.add_row("superseded", plain_text(f"{run.superseded} row(s) replaced by a later write (resume)"))
     console.print(meta)
     render_summary(summarize(run.results, run.rollouts_per_example, wall_s=run.duration_s), console)
     if show_rollouts:
@@ -228,7 +229,7 @@ def render_rollouts_table(
     results: Sequence[RolloutResult], console: Console, *, start: int = 0, title: str = "Rollouts"
 ) -> None:
     """Rows are numbered from ``start + 1``; the number opens the rollout in interactive mode."""
-    table = Table(title=Text(title), title_justify="left")
+    table = Table(title=plain_text(title), title_justify="left")
     for name, justify in _ROLLOUT_COLUMNS:
         table.add_column(name, justify=justify, no_wrap=True)
     table.add_column("error")
@@ -236,18 +237,18 @@ def render_rollouts_table(
     room = max(12, min(80, console.width - _FIXED_COLUMNS_WIDTH))
     for i, r in enumerate(results, start + 1):
         if r.error is not None:
-            err = Text(_one_line(f"{r.error.type}: {r.error.message}", room), style="red")
+            err = plain_text(_one_line(f"{r.error.type}: {r.error.message}", room), style="red")
         elif r.scoring_errors:
             where = ", ".join(e.where for e in r.scoring_errors)
-            err = Text(_one_line(f"scoring: {where}", room), style="yellow")
+            err = plain_text(_one_line(f"scoring: {where}", room), style="yellow")
         else:
-            err = Text("")
+            err = plain_text("")
         table.add_row(
             str(i),
             str(r.example_id),
             str(r.rollout_index),
             f"{r.reward:.4f}",
-            Text(r.stop_reason, style="red" if r.stop_reason == "error" else ""),
+            plain_text(r.stop_reason, style="red" if r.stop_reason == "error" else ""),
             str(r.turns),
             err,
         )
@@ -259,19 +260,19 @@ def render_rollouts_table(
 
 def _content_text(content: Any) -> Text:
     if content is None:
-        return Text("")
+        return plain_text("")
     if isinstance(content, str):
-        return Text(content)
+        return plain_text(content)
     if isinstance(content, list):  # multimodal parts
         out = Text()
         for part in content:
             if isinstance(part, dict) and part.get("type") == "text":
-                out.append(str(part.get("text", "")))
+                out.append(escape_controls(str(part.get("text", ""))))
             else:
-                out.append(_plain(part), style="dim")
+                out.append(escape_controls(_plain(part)), style="dim")
             out.append("\n")
         return out
-    return Text(_plain(content))
+    return plain_text(_plain(content))
 
 
 def _pretty_arguments(arguments: Any) -> str:
@@ -285,71 +286,71 @@ def _pretty_arguments(arguments: Any) -> str:
 
 def _message_panel(msg: Any) -> Panel:
     if not isinstance(msg, dict):
-        return Panel(Text(_plain(msg)), title=Text("?"))
+        return Panel(plain_text(_plain(msg)), title=plain_text("?"))
     role = str(msg.get("role", "?"))
-    title = Text(role)
+    title = plain_text(role)
     if role == "tool" and msg.get("tool_call_id"):
-        title.append(f" · {msg['tool_call_id']}", style="dim")
+        title.append(escape_controls(f" · {msg['tool_call_id']}"), style="dim")
     parts: list[Any] = []
     body = _content_text(msg.get("content"))
     if body.plain:
         parts.append(body)
     for call in msg.get("tool_calls") or []:
         fn = call.get("function", {}) if isinstance(call, dict) else {}
-        head = Text("tool call ", style="bold yellow")
-        head.append(str(fn.get("name", "?")), style="bold")
+        head = plain_text("tool call ", style="bold yellow")
+        head.append(escape_controls(str(fn.get("name", "?"))), style="bold")
         if isinstance(call, dict) and call.get("id"):
-            head.append(f"  ({call['id']})", style="dim")
+            head.append(escape_controls(f"  ({call['id']})"), style="dim")
         parts.append(head)
-        parts.append(Text(_pretty_arguments(fn.get("arguments", ""))))
+        parts.append(plain_text(_pretty_arguments(fn.get("arguments", ""))))
     if not parts:
-        parts.append(Text("(empty)", style="dim"))
+        parts.append(plain_text("(empty)", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left", border_style=_ROLE_STYLE.get(role, "white"))
 
 
 def _messages(messages: Any, label: str) -> list[Any]:
     if isinstance(messages, str):
-        return [Panel(Text(messages), title=Text(label), title_align="left")]
+        return [Panel(plain_text(messages), title=plain_text(label), title_align="left")]
     return [_message_panel(m) for m in messages or []]
 
 
 def render_rollout(result: RolloutResult, console: Console) -> None:
     """The transcript of one rollout: prompt, completion, tool traffic, scores and errors."""
-    console.print(Rule(Text(f"example {result.example_id} · rollout {result.rollout_index}")))
+    console.print(Rule(plain_text(f"example {result.example_id} · rollout {result.rollout_index}")))
     head = Table(show_header=False, show_edge=False, box=None)
     head.add_column("key", style="bold")
     head.add_column("value", overflow="fold")
-    head.add_row("task", Text(result.task))
+    head.add_row("task", plain_text(result.task))
     head.add_row("reward", f"{result.reward:.4f}")
     for name, value in result.metrics.items():
-        head.add_row(Text(f"  {name}"), f"{value:.4f}")
+        head.add_row(plain_text(f"  {name}"), f"{value:.4f}")
     head.add_row(
-        "stop reason", Text(result.stop_reason, style="red" if result.stop_reason == "error" else "")
+        "stop reason", plain_text(result.stop_reason, style="red" if result.stop_reason == "error" else "")
     )
     head.add_row("turns", str(result.turns))
     if result.is_truncated:
-        head.add_row("truncated", Text("yes", style="yellow"))
+        head.add_row("truncated", plain_text("yes", style="yellow"))
     if result.error is not None:
         e = result.error
-        head.add_row("error", Text(f"{e.type} ({e.where}): {e.message}", style="bold red"))
+        head.add_row("error", plain_text(f"{e.type} ({e.where}): {e.message}", style="bold red"))
     for e in result.scoring_errors:
-        head.add_row("scoring error", Text(f"{e.type} ({e.where}): {e.message}", style="red"))
-    head.add_row("answer", Text(result.answer))
+        head.add_row("scoring error", plain_text(f"{e.type} ({e.where}): {e.message}", style="red"))
+    head.add_row("answer", plain_text(result.answer))
     if result.info:
-        head.add_row("info", Text(_plain(result.info)))
+        head.add_row("info", plain_text(_plain(result.info)))
     t, u = result.timing, result.usage
     head.add_row(
         "time", f"generation {t.generation_s:.3f} s · scoring {t.scoring_s:.3f} s · total {t.total_s:.3f} s"
     )
     head.add_row("tokens", f"prompt {u.prompt_tokens} · completion {u.completion_tokens}")
     console.print(head)
-    console.print(Rule(Text("prompt", style="dim"), style="dim"))
+    console.print(Rule(plain_text("prompt", style="dim"), style="dim"))
     for panel in _messages(result.prompt, "prompt"):
         console.print(panel)
-    console.print(Rule(Text("completion", style="dim"), style="dim"))
+    console.print(Rule(plain_text("completion", style="dim"), style="dim"))
     panels = _messages(result.completion, "completion")
     if not panels:
-        console.print(Text("(no completion)", style="dim"))
+        console.print(plain_text("(no completion)", style="dim"))
     for panel in panels:
         console.print(panel)
 
@@ -384,12 +385,12 @@ def _make_ask(console: Console, stream: TextIO | None) -> Ask:
     def ask(prompt: str) -> str | None:
         try:
             if stream is None:
-                return console.input(Text(f"{prompt} > ", style="bold")).strip()
-            console.print(Text(f"{prompt} > ", style="bold"), end="")
+                return console.input(plain_text(f"{prompt} > ", style="bold")).strip()
+            console.print(plain_text(f"{prompt} > ", style="bold"), end="")
             line = stream.readline()
             if not line:
                 return None
-            console.print(Text(line.rstrip("\n"), style="dim"))
+            console.print(plain_text(line.rstrip("\n"), style="dim"))
             return line.strip()
         except (EOFError, KeyboardInterrupt):
             return None
@@ -449,12 +450,12 @@ def _run_loop(
                     render_rollout(r, console)
                 show_table = False
             except ConfigError as exc:
-                console.print(Text(str(exc), style="red"))
+                console.print(plain_text(str(exc), style="red"))
         elif cmd.isdigit() and 1 <= int(cmd) <= len(rows):
             render_rollout(rows[int(cmd) - 1], console)
             show_table = False
         else:
-            console.print(Text(f"not understood: {answer!r}", style="red"))
+            console.print(plain_text(f"not understood: {answer!r}", style="red"))
 
 
 def _root_loop(root: Path, console: Console, ask: Ask, page_size: int, sort: SortKey = "example") -> None:
@@ -462,7 +463,7 @@ def _root_loop(root: Path, console: Console, ask: Ask, page_size: int, sort: Sor
         runs = list_runs(root)
         render_runs_table(runs, console, root)
         if not runs:
-            console.print(Text(f"no saved runs under {root} (vf-eval -s writes them)", style="yellow"))
+            console.print(plain_text(f"no saved runs under {root} (vf-eval -s writes them)", style="yellow"))
             return
         answer = ask("# opens a run · q quit")
         if answer is None or answer.lower() in _QUIT:
@@ -474,7 +475,7 @@ def _root_loop(root: Path, console: Console, ask: Ask, page_size: int, sort: Sor
             if outcome == "quit":
                 return
         elif answer:
-            console.print(Text(f"not understood: {answer!r}", style="red"))
+            console.print(plain_text(f"not understood: {answer!r}", style="red"))
 
 
 # -- entry point -----------------------------------------------------------------------
@@ -511,7 +512,7 @@ def view(
         raise ConfigError(f"cannot sort rollouts by {sort!r}; use one of {', '.join(SORT_KEYS)}")
     if not target.exists():
         if path is None:
-            console.print(Text(f"no saved runs: {target} does not exist (vf-eval -s writes runs there)"))
+            console.print(plain_text(f"no saved runs: {target} does not exist (vf-eval -s writes runs there)"))
             return
         raise ConfigError(
             f"{target} does not exist; pass a run directory or a folder of runs (e.g. outputs/evals)"
@@ -534,7 +535,7 @@ def view(
             runs = list_runs(target)
             render_runs_table(runs, console, target)
             if not runs:
-                console.print(Text(f"no saved runs under {target}"))
+                console.print(plain_text(f"no saved runs under {target}"))
         return
     ask = _make_ask(console, input_stream)
     if run_dir:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+from verifiers.terminal import escape_controls
 from verifiers.types import RolloutResult
 
 WARN_SHARE = 0.5
@@ -43,7 +44,7 @@ def errors_message(results: Sequence[RolloutResult]) -> str:
     """``"4 of 4 rollouts errored; first ServerError: ..."``: one line per error type after the count."""
     n_err = sum(1 for r in results if r.error is not None)
     lines = [f"{n_err} of {len(results)} rollouts ended with an error; their reward is 0.0"]
-    lines += [f"  first {kind}: {message[:500]}" for kind, message in first_error_messages(results).items()]
+    lines += [escape_controls(f"  first {kind}: {message[:500]}") for kind, message in first_error_messages(results).items()]
     return "\n".join(lines)
 
 
