@@ -8,11 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
 from verifiers.inference.vllm_admin import VLLMAdmin
+from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
 
 VF_VLLM = [sys.executable, "-m", "verifiers.cli.vllm"]
 
@@ -72,3 +75,32 @@ def test_serves_for_training_and_stops_on_sigterm(vllm_model_dir: Path, tmp_path
     while [p for p in pids if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in pids if os.path.exists(f"/proc/{p}")]
+
+
+def _status(url: str, method: str = "GET", key: str | None = None) -> int:
+    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None,
+                                 headers={"Content-Type": "application/json"})
+    if key is not None:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_api_key_guards_every_route_not_only_v1(vllm_model_dir: Path, tmp_path: Path,
+                                                server_spec: Callable[..., VLLMServerSpec]) -> None:
+    """vLLM checks --api-key only under /v1; vf-vllm's guard covers the dev routes RL turns on."""
+    spec = server_spec(vllm_model_dir, api_key="route-key")
+    with VLLMServer(spec, log_path=tmp_path / "vllm.log") as server:
+        root = server.base_url.removesuffix("/v1")
+        for method, path in [("POST", "/collective_rpc"), ("POST", "/pause"), ("POST", "/sleep"),
+                             ("POST", "/reset_prefix_cache"), ("GET", "/server_info"), ("GET", "/metrics"),
+                             ("GET", "/is_paused"), ("GET", "/v1/models"), ("GET", "/openapi.json")]:
+            assert _status(root + path, method) == 401, path
+            assert _status(root + path, method, key="wrong") == 401, path
+        assert _status(root + "/health") == 200  # what health checks poll stays open
+        admin = VLLMAdmin(server.base_url, api_key="route-key")
+        assert admin.get("/is_paused") == {"is_paused": False}  # the refused /pause had no effect
+        assert admin.served_models() == ["policy"]

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from verifiers.errors import ConfigError, ServerError
+from verifiers.inference.vllm_guard import KEY_ENV, MIDDLEWARE_PATH
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM's CPU attention backend accepts (``CPUAttentionBackend`` in vLLM 0.32)."""
@@ -131,7 +132,8 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
     if spec.api_key is not None:
         if not spec.api_key:
             raise ConfigError("--api-key '' would turn authentication off; omit it or pass a key")
-        argv += ["--api-key", spec.api_key]
+        # vLLM checks --api-key only under /v1: the guard puts the key in front of the dev routes too.
+        argv += ["--api-key", spec.api_key, "--middleware", MIDDLEWARE_PATH]
     transfer = spec.weight_transfer if spec.weight_transfer is not None else ("nccl" if device == "cuda" else "")
     if transfer:
         argv += ["--weight-transfer-config", json.dumps({"backend": transfer})]
@@ -140,6 +142,9 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
     argv += list(spec.extra_args)
     env = dict(os.environ)
     env["VLLM_SERVER_DEV_MODE"] = "1"
+    env.pop(KEY_ENV, None)
+    if spec.api_key:
+        env[KEY_ENV] = spec.api_key
     env.setdefault("TQDM_DISABLE", "1")
     if spec.enable_lora:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
