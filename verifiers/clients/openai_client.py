@@ -27,14 +27,10 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import openai
 
 from verifiers.clients.aiohttp_client import AiohttpChatClient, close_sessions_of_this_loop
-from verifiers.clients.base import RequestAdapter, error_for_status
+from verifiers.clients.base import RequestAdapter
+from verifiers.clients.create_client import CreateMethodChatClient, has_chat_create
+from verifiers.clients.errors import map_openai_error
 from verifiers.clients.response import ModelResponse
-from verifiers.errors import (
-    EmptyResponseError,
-    ModelError,
-    ModelTimeoutError,
-    ServerError,
-)
 from verifiers.types import Messages, SamplingArgs
 
 
@@ -87,49 +83,6 @@ def make_client(
         default_headers=headers,
         http_client=http_client,
     )
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    chain, seen = [], set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return chain
-
-
-def _caused_by_connection_failure(exc: BaseException) -> bool:
-    """The aiohttp transport reports a refused or dropped connection as a connect *timeout*."""
-    import aiohttp
-
-    for c in _causes(exc)[1:]:
-        if isinstance(c, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError)):
-            return True
-    return False
-
-
-def _root_message(exc: BaseException) -> str:
-    root = _causes(exc)[-1]
-    return f"{type(root).__name__}: {root}"
-
-
-def map_openai_error(exc: BaseException) -> ModelError:
-    """Translate an openai SDK exception into our hierarchy (after the SDK's own retries)."""
-    if isinstance(exc, ModelError):
-        return exc
-    msg = str(exc)
-    if isinstance(exc, openai.APITimeoutError):
-        if _caused_by_connection_failure(exc):
-            return ServerError(f"connection error: {_root_message(exc)}")
-        return ModelTimeoutError(msg or "request timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        return ServerError(f"connection error: {msg}")
-    if isinstance(exc, openai.APIStatusError):
-        return error_for_status(exc.status_code, msg)
-    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
-        return EmptyResponseError(f"unparseable response body: {msg}")
-    return ModelError(f"{type(exc).__name__}: {msg}")
 
 
 @runtime_checkable
@@ -332,8 +285,6 @@ def as_chat_client(client: Any) -> ChatClient:
                 adapter = OpenAIChatClient(client)
             _ADAPTERS[client] = adapter
         return adapter
-    from verifiers.clients.create_client import CreateMethodChatClient, has_chat_create
-
     if has_chat_create(client):  # before the protocol check: a Mock also "has" chat/complete
         return CreateMethodChatClient(client)
     if isinstance(client, ChatClient):
