@@ -15,23 +15,34 @@ response objects, which both costs CPU and drops vLLM's token-id fields.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import importlib
 import json
 import os
 import weakref
-from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import openai
 
-from verifiers.clients.aiohttp_client import AiohttpChatClient, close_sessions_of_this_loop
+from verifiers.clients.aiohttp_client import AiohttpChatClient
 from verifiers.clients.base import RequestAdapter
 from verifiers.clients.create_client import CreateMethodChatClient, has_chat_create
 from verifiers.clients.errors import map_openai_error
+from verifiers.clients.loop import _EPHEMERAL_CLIENTS, run_in_fresh_loop
 from verifiers.clients.response import ModelResponse
 from verifiers.types import Messages, SamplingArgs
+
+# map_openai_error (clients/errors.py) and run_in_fresh_loop (clients/loop.py) keep this old path.
+__all__ = [
+    "ChatClient",
+    "OpenAIChatClient",
+    "SyncOpenAIChatClient",
+    "as_chat_client",
+    "can_take_fast_path",
+    "get_model_response",
+    "make_client",
+    "map_openai_error",
+    "run_in_fresh_loop",
+]
 
 
 def _http_module() -> Any:
@@ -108,34 +119,6 @@ class ChatClient(Protocol):
         sampling_args: SamplingArgs | None = None,
         timeout: float | None = None,
     ) -> ModelResponse: ...
-
-
-T = TypeVar("T")
-
-# Set by `run_in_fresh_loop`: clients copied for that loop, closed when it ends.
-_EPHEMERAL_CLIENTS: contextvars.ContextVar[list[openai.AsyncOpenAI] | None] = contextvars.ContextVar(
-    "vf_ephemeral_clients", default=None
-)
-
-
-async def run_in_fresh_loop(coro: Awaitable[T]) -> T:
-    """Run ``coro`` in a loop that will be closed afterwards (the sync ``evaluate``/``generate`` path).
-
-    An ``AsyncOpenAI`` client's connection pool belongs to the event loop that
-    first used it. Inside this wrapper every client is used through a copy bound
-    to this loop and closed at the end, so users can call ``env.evaluate(client, ...)``
-    repeatedly with the same client.
-    """
-    created: list[openai.AsyncOpenAI] = []
-    token = _EPHEMERAL_CLIENTS.set(created)
-    try:
-        return await coro
-    finally:
-        _EPHEMERAL_CLIENTS.reset(token)
-        await close_sessions_of_this_loop()
-        for c in created:
-            with contextlib.suppress(Exception):
-                await c.close()
 
 
 class OpenAIChatClient(RequestAdapter):

@@ -9,14 +9,13 @@ semaphore and scores as rollouts finish.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from verifiers.clients.loop import run_sync  # also importable from here, as before (eval/runner.py)
 from verifiers.compat.env_adapters import (
     GenerateInputs,
     ProcessedOutputs,
@@ -42,8 +41,6 @@ from verifiers.types import (
 )
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
 
 
 def _clean_message(m: Mapping[str, Any]) -> Message:
@@ -85,30 +82,6 @@ def _to_rows(data: Any) -> list[dict[str, Any]]:
             raise ConfigError(f"dataset rows must be dicts, got {type(rows[0]).__name__}")
         return [dict(r) for r in rows]
     raise ConfigError(f"cannot use {type(data).__name__} as a dataset: give a datasets.Dataset or a list of dicts")
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code, also inside a running loop (notebooks): then in a helper thread."""
-    from verifiers.clients.openai_client import run_in_fresh_loop
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(run_in_fresh_loop(coro))
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(run_in_fresh_loop(coro))
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, name="verifiers-run-sync")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 class Environment(ABC):
