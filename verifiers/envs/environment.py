@@ -28,6 +28,7 @@ from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
 from verifiers.rollout.error_report import warn_about_errors
 from verifiers.rollout.inputs import RolloutInput
+from verifiers.rollout.runner import run_rollouts
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import (
     GenerateOutputs,
@@ -313,8 +314,6 @@ class Environment(ABC):
         bound); ``max_concurrent_scoring`` and ``interleave_scoring`` are accepted for
         0.1.x callers.
         """
-        from verifiers.rollout.runner import run_rollouts
-
         rows = self._input_rows(inputs)
         limit = max_concurrent_generation if max_concurrent_generation is not None else max_concurrent
         results = await run_rollouts(
