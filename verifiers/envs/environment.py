@@ -15,27 +15,23 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from verifiers._helpers import set_legacy_attributes
 from verifiers.clients.loop import run_sync  # also importable from here, as before (eval/runner.py)
-from verifiers.compat.env_adapters import (
-    GenerateInputs,
-    ProcessedOutputs,
-    generate_inputs_to_columns,
-    process_results_from_tokens,
-    results_to_dataset,
-    set_legacy_attributes,
-)
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
 from verifiers.rollout.error_report import warn_about_errors
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.rollout.runner import run_rollouts
+from verifiers.rollout.tokens import process_results_from_tokens
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import (
+    GenerateInputs,
     GenerateOutputs,
     Info,
     Message,
     Messages,
     MessageType,
+    ProcessedOutputs,
     RolloutResult,
     SamplingArgs,
     State,
@@ -284,7 +280,8 @@ class Environment(ABC):
         if rows is not None:
             return rows
         if isinstance(inputs, GenerateInputs):
-            inputs = generate_inputs_to_columns(inputs)
+            # the columns that were given (``completion`` is not an input)
+            inputs = {k: v for k, v in inputs.model_dump().items() if v is not None and k != "completion"}
         return [self._format_row(r, i) for i, r in enumerate(_to_rows(inputs))]
 
     async def a_generate(
@@ -398,6 +395,8 @@ class Environment(ABC):
         push = push_to_hf_hub if push_to_hub is None else push_to_hub
         if push and hub_name is None:
             raise ConfigError("make_dataset: hub_name is required to push to the Hugging Face Hub")
+        from verifiers.data.results import results_to_dataset  # here: `import verifiers` skips verifiers.data
+
         dataset = results_to_dataset(results, rollouts_per_example, state_columns)
         if push:
             dataset.push_to_hub(hub_name)

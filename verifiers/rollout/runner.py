@@ -22,12 +22,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from verifiers._helpers import maybe_await
 from verifiers.clients.openai_client import as_chat_client
 from verifiers.errors import ModelError, RolloutTimeoutError
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.rollout.target import RolloutTarget
 from verifiers.types import RolloutError, RolloutResult, RolloutScore, SamplingArgs, Timing, Usage
-from verifiers.utils import maybe_await
 
 GroupCallback = Callable[[list[RolloutResult]], Any]
 RolloutCallback = Callable[[RolloutResult], Any]
