@@ -8,7 +8,7 @@ pydantic model: serialisable to results.jsonl, validated when read back.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from openai.types.chat.chat_completion import ChatCompletion
@@ -40,6 +40,82 @@ response class, `verifiers.clients.ModelResponse`), which ``import verifiers as 
 RewardFunc = Callable[..., float | Awaitable[float]]
 JsonPrimitive = Literal["string", "number", "integer", "boolean", "array", "object"]
 
+# -- tool calls that read like the openai SDK's objects and serialise like plain JSON ----------
+# 0.1.x environments received the SDK's ``ChatCompletionMessageToolCall`` objects in their
+# transcripts and wrote ``call.function.name`` / ``call.function.arguments`` / ``call.id``;
+# newer code (and ours) indexes dicts: ``call["function"]["name"]``. `ToolCall` is a ``dict``
+# (so ``json.dumps``, pydantic dumps and results.jsonl see plain JSON) whose keys can also be
+# read as attributes, so both styles work on the same object.
+
+
+class AttrDict(dict[str, Any]):
+    """A dict whose keys are also readable (and writable) as attributes."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        """Plain nested dicts, like the SDK object's ``model_dump()``."""
+        return {k: (v.model_dump() if isinstance(v, AttrDict) else v) for k, v in self.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AttrDict:
+        import copy
+
+        return type(self)({k: copy.deepcopy(v, memo) for k, v in self.items()})
+
+    def __reduce__(self) -> Any:
+        return (type(self), (dict(self),))
+
+
+class FunctionCall(AttrDict):
+    """``{"name": ..., "arguments": "<json text>"}`` with ``.name`` / ``.arguments``."""
+
+    __slots__ = ()
+
+
+class ToolCall(AttrDict):
+    """``{"id": ..., "type": "function", "function": {...}}`` with ``.id`` / ``.function.name``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_any(cls, call: Any) -> ToolCall:
+        """From an OpenAI-format dict or an openai SDK object."""
+        if isinstance(call, ToolCall):
+            return call
+        if not isinstance(call, Mapping):
+            dump = getattr(call, "model_dump", None)
+            call = dump() if callable(dump) else {
+                "id": getattr(call, "id", None),
+                "type": getattr(call, "type", "function"),
+                "function": getattr(call, "function", None),
+            }
+        fn = call.get("function") or {}
+        if not isinstance(fn, Mapping):
+            fn = {"name": getattr(fn, "name", None), "arguments": getattr(fn, "arguments", None)}
+        out = cls({k: v for k, v in call.items() if k != "function"})
+        out.setdefault("id", None)
+        out.setdefault("type", "function")
+        out["function"] = FunctionCall({"name": None, "arguments": None, **fn})
+        return out
+
+
+def as_tool_calls(calls: Any) -> list[ToolCall]:
+    """Each call (a dict or an SDK object) as a `ToolCall`."""
+    return [ToolCall.from_any(c) for c in calls or []]
+
+
 StopReason = Literal[
     "completed",  # the environment said the episode is over (or single turn done)
     "max_turns",  # turn budget used up
@@ -63,6 +139,51 @@ class TurnTokens(BaseModel):
     completion_ids: list[int]
     completion_logprobs: list[float] = Field(default_factory=list)
     finish_reason: str | None = None
+
+
+class TokenSequence(BaseModel):
+    """One rollout as a single token sequence: ``prompt_ids + completion_ids``.
+
+    ``completion_mask`` is 1 on tokens the model sampled (trained on) and 0 on
+    environment / tool tokens inserted between turns. ``completion_logprobs`` are
+    the sampler's logprobs (0 where masked). The attention mask is all ones over
+    the sequence and is kept separate from this loss mask.
+    """
+
+    prompt_ids: list[int] = Field(default_factory=list)
+    completion_ids: list[int] = Field(default_factory=list)
+    completion_mask: list[int] = Field(default_factory=list)
+    completion_logprobs: list[float] = Field(default_factory=list)
+    prefix_consistent: bool = True
+    """False when a turn's prompt did not extend the previous turn's tokens; such a
+    rollout cannot be trained on token-exactly and should be dropped or re-tokenised."""
+
+
+def assemble_tokens(turns: Sequence[TurnTokens]) -> TokenSequence:
+    """Join the turns of one rollout; tokens between turns (environment, tools) are masked out."""
+    if not turns:
+        return TokenSequence()
+    first = turns[0]
+    out = TokenSequence(prompt_ids=list(first.prompt_ids))
+    seen = list(first.prompt_ids)
+    for i, turn in enumerate(turns):
+        if i > 0:
+            if turn.prompt_ids[: len(seen)] != seen:
+                out.prefix_consistent = False
+                break
+            inserted = turn.prompt_ids[len(seen) :]
+            out.completion_ids.extend(inserted)
+            out.completion_mask.extend([0] * len(inserted))
+            out.completion_logprobs.extend([0.0] * len(inserted))
+            seen.extend(inserted)
+        logprobs = list(turn.completion_logprobs)
+        if len(logprobs) != len(turn.completion_ids):
+            logprobs = [0.0] * len(turn.completion_ids)
+        out.completion_ids.extend(turn.completion_ids)
+        out.completion_mask.extend([1] * len(turn.completion_ids))
+        out.completion_logprobs.extend(logprobs)
+        seen.extend(turn.completion_ids)
+    return out
 
 
 class Usage(BaseModel):
@@ -133,10 +254,8 @@ class RolloutResult(BaseModel):
     def has_error(self) -> bool:
         return self.error is not None
 
-    def token_sequence(self) -> Any:
-        """All model calls as one sequence with a loss mask (`verifiers.rollout.tokens.TokenSequence`)."""
-        from verifiers.rollout.tokens import assemble_tokens
-
+    def token_sequence(self) -> TokenSequence:
+        """All model calls as one sequence with a loss mask (`TokenSequence`)."""
         return assemble_tokens(self.tokens)
 
 
@@ -242,6 +361,7 @@ class Endpoint(TypedDict):
 Endpoints = dict[str, Endpoint]
 
 __all__ = [
+    "AttrDict",
     "ChatCompletion",
     "ChatCompletionMessageParam",
     "ChatCompletionMessageToolCall",
@@ -251,6 +371,7 @@ __all__ = [
     "Completion",
     "Endpoint",
     "Endpoints",
+    "FunctionCall",
     "FunctionDefinition",
     "FunctionParameters",
     "GenerateInputs",
@@ -271,6 +392,10 @@ __all__ = [
     "State",
     "StopReason",
     "Timing",
+    "TokenSequence",
+    "ToolCall",
     "TurnTokens",
     "Usage",
+    "as_tool_calls",
+    "assemble_tokens",
 ]

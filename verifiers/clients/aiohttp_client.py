@@ -24,7 +24,8 @@ from typing import Any
 
 import aiohttp
 
-from verifiers.clients.base import RequestAdapter, error_for_status
+from verifiers.clients.base import RequestAdapter
+from verifiers.clients.errors import error_for_status
 from verifiers.errors import (
     EmptyResponseError,
     ModelError,

@@ -4,29 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifiers.clients.errors import OVERLONG_MARKERS, error_for_status
 from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
-from verifiers.errors import BadRequestError, ModelError, OverlongPromptError, RateLimitError, ServerError
 from verifiers.types import SamplingArgs
 
-OVERLONG_MARKERS = (
-    "maximum context length",
-    "context length",
-    "context_length_exceeded",
-    "prompt is too long",
-    "too many tokens",
-)
-"""Phrases servers (vLLM, OpenAI, the embedded server) use when a prompt does not fit the context."""
-
-
-def error_for_status(status: int, message: str) -> ModelError:
-    """Our error for an HTTP error status that is final (after retries), whichever client saw it."""
-    if status == 429:
-        return RateLimitError(message)
-    if status >= 500:
-        return ServerError(message)
-    if status in (400, 413, 422) and any(m in message.lower() for m in OVERLONG_MARKERS):
-        return OverlongPromptError(message)
-    return BadRequestError(message)
+# OVERLONG_MARKERS and error_for_status live in clients/errors.py; re-exported for old imports.
+__all__ = ["OVERLONG_MARKERS", "RequestAdapter", "build_body", "error_for_status"]
 
 
 def build_body(model: str, sampling_args: SamplingArgs | None, **fields: Any) -> dict[str, Any]:
@@ -71,5 +54,3 @@ class RequestAdapter:
     ) -> ModelResponse:
         body = build_body(model, sampling_args, prompt=prompt)
         return parse_completion_response(await self._post("/completions", body, timeout))
-
-

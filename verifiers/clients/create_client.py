@@ -16,6 +16,7 @@ import asyncio
 import inspect
 from typing import Any
 
+from verifiers.clients.errors import map_openai_error
 from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
 from verifiers.errors import ModelError, ModelTimeoutError
 from verifiers.types import SamplingArgs
@@ -84,8 +85,6 @@ class CreateMethodChatClient:
         except TimeoutError as exc:
             raise ModelTimeoutError(f"model call timed out after {timeout:g}s") from exc
         except Exception as exc:
-            from verifiers.clients.openai_client import map_openai_error
-
             raise map_openai_error(exc) from exc
         return to_plain(result)
 

@@ -15,27 +15,34 @@ response objects, which both costs CPU and drops vLLM's token-id fields.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import importlib
 import json
 import os
 import weakref
-from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import openai
 
-from verifiers.clients.aiohttp_client import AiohttpChatClient, close_sessions_of_this_loop
-from verifiers.clients.base import RequestAdapter, error_for_status
+from verifiers.clients.aiohttp_client import AiohttpChatClient
+from verifiers.clients.base import RequestAdapter
+from verifiers.clients.create_client import CreateMethodChatClient, has_chat_create
+from verifiers.clients.errors import map_openai_error
+from verifiers.clients.loop import _EPHEMERAL_CLIENTS, run_in_fresh_loop
 from verifiers.clients.response import ModelResponse
-from verifiers.errors import (
-    EmptyResponseError,
-    ModelError,
-    ModelTimeoutError,
-    ServerError,
-)
 from verifiers.types import Messages, SamplingArgs
+
+# map_openai_error (clients/errors.py) and run_in_fresh_loop (clients/loop.py) keep this old path.
+__all__ = [
+    "ChatClient",
+    "OpenAIChatClient",
+    "SyncOpenAIChatClient",
+    "as_chat_client",
+    "can_take_fast_path",
+    "get_model_response",
+    "make_client",
+    "map_openai_error",
+    "run_in_fresh_loop",
+]
 
 
 def _http_module() -> Any:
@@ -89,49 +96,6 @@ def make_client(
     )
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
-    chain, seen = [], set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return chain
-
-
-def _caused_by_connection_failure(exc: BaseException) -> bool:
-    """The aiohttp transport reports a refused or dropped connection as a connect *timeout*."""
-    import aiohttp
-
-    for c in _causes(exc)[1:]:
-        if isinstance(c, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError)):
-            return True
-    return False
-
-
-def _root_message(exc: BaseException) -> str:
-    root = _causes(exc)[-1]
-    return f"{type(root).__name__}: {root}"
-
-
-def map_openai_error(exc: BaseException) -> ModelError:
-    """Translate an openai SDK exception into our hierarchy (after the SDK's own retries)."""
-    if isinstance(exc, ModelError):
-        return exc
-    msg = str(exc)
-    if isinstance(exc, openai.APITimeoutError):
-        if _caused_by_connection_failure(exc):
-            return ServerError(f"connection error: {_root_message(exc)}")
-        return ModelTimeoutError(msg or "request timed out")
-    if isinstance(exc, openai.APIConnectionError):
-        return ServerError(f"connection error: {msg}")
-    if isinstance(exc, openai.APIStatusError):
-        return error_for_status(exc.status_code, msg)
-    if isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
-        return EmptyResponseError(f"unparseable response body: {msg}")
-    return ModelError(f"{type(exc).__name__}: {msg}")
-
-
 @runtime_checkable
 class ChatClient(Protocol):
     """What the rollout engine needs from a model client. Implemented for AsyncOpenAI,
@@ -155,34 +119,6 @@ class ChatClient(Protocol):
         sampling_args: SamplingArgs | None = None,
         timeout: float | None = None,
     ) -> ModelResponse: ...
-
-
-T = TypeVar("T")
-
-# Set by `run_in_fresh_loop`: clients copied for that loop, closed when it ends.
-_EPHEMERAL_CLIENTS: contextvars.ContextVar[list[openai.AsyncOpenAI] | None] = contextvars.ContextVar(
-    "vf_ephemeral_clients", default=None
-)
-
-
-async def run_in_fresh_loop(coro: Awaitable[T]) -> T:
-    """Run ``coro`` in a loop that will be closed afterwards (the sync ``evaluate``/``generate`` path).
-
-    An ``AsyncOpenAI`` client's connection pool belongs to the event loop that
-    first used it. Inside this wrapper every client is used through a copy bound
-    to this loop and closed at the end, so users can call ``env.evaluate(client, ...)``
-    repeatedly with the same client.
-    """
-    created: list[openai.AsyncOpenAI] = []
-    token = _EPHEMERAL_CLIENTS.set(created)
-    try:
-        return await coro
-    finally:
-        _EPHEMERAL_CLIENTS.reset(token)
-        await close_sessions_of_this_loop()
-        for c in created:
-            with contextlib.suppress(Exception):
-                await c.close()
 
 
 class OpenAIChatClient(RequestAdapter):
@@ -332,8 +268,6 @@ def as_chat_client(client: Any) -> ChatClient:
                 adapter = OpenAIChatClient(client)
             _ADAPTERS[client] = adapter
         return adapter
-    from verifiers.clients.create_client import CreateMethodChatClient, has_chat_create
-
     if has_chat_create(client):  # before the protocol check: a Mock also "has" chat/complete
         return CreateMethodChatClient(client)
     if isinstance(client, ChatClient):

@@ -9,41 +9,35 @@ semaphore and scores as rollouts finish.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from verifiers.compat.env_adapters import (
-    GenerateInputs,
-    ProcessedOutputs,
-    generate_inputs_to_columns,
-    process_results_from_tokens,
-    results_to_dataset,
-    set_legacy_attributes,
-)
+from verifiers._helpers import set_legacy_attributes
+from verifiers.clients.loop import run_sync  # also importable from here, as before (eval/runner.py)
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
 from verifiers.rollout.error_report import warn_about_errors
 from verifiers.rollout.inputs import RolloutInput
+from verifiers.rollout.runner import run_rollouts
+from verifiers.rollout.tokens import process_results_from_tokens
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import (
+    GenerateInputs,
     GenerateOutputs,
     Info,
     Message,
     Messages,
     MessageType,
+    ProcessedOutputs,
     RolloutResult,
     SamplingArgs,
     State,
 )
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
 
 
 def _clean_message(m: Mapping[str, Any]) -> Message:
@@ -85,30 +79,6 @@ def _to_rows(data: Any) -> list[dict[str, Any]]:
             raise ConfigError(f"dataset rows must be dicts, got {type(rows[0]).__name__}")
         return [dict(r) for r in rows]
     raise ConfigError(f"cannot use {type(data).__name__} as a dataset: give a datasets.Dataset or a list of dicts")
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code, also inside a running loop (notebooks): then in a helper thread."""
-    from verifiers.clients.openai_client import run_in_fresh_loop
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(run_in_fresh_loop(coro))
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(run_in_fresh_loop(coro))
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    t = threading.Thread(target=target, name="verifiers-run-sync")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 class Environment(ABC):
@@ -310,7 +280,8 @@ class Environment(ABC):
         if rows is not None:
             return rows
         if isinstance(inputs, GenerateInputs):
-            inputs = generate_inputs_to_columns(inputs)
+            # the columns that were given (``completion`` is not an input)
+            inputs = {k: v for k, v in inputs.model_dump().items() if v is not None and k != "completion"}
         return [self._format_row(r, i) for i, r in enumerate(_to_rows(inputs))]
 
     async def a_generate(
@@ -340,8 +311,6 @@ class Environment(ABC):
         bound); ``max_concurrent_scoring`` and ``interleave_scoring`` are accepted for
         0.1.x callers.
         """
-        from verifiers.rollout.runner import run_rollouts
-
         rows = self._input_rows(inputs)
         limit = max_concurrent_generation if max_concurrent_generation is not None else max_concurrent
         results = await run_rollouts(
@@ -426,6 +395,8 @@ class Environment(ABC):
         push = push_to_hf_hub if push_to_hub is None else push_to_hub
         if push and hub_name is None:
             raise ConfigError("make_dataset: hub_name is required to push to the Hugging Face Hub")
+        from verifiers.data.results import results_to_dataset  # here: `import verifiers` skips verifiers.data
+
         dataset = results_to_dataset(results, rollouts_per_example, state_columns)
         if push:
             dataset.push_to_hub(hub_name)

@@ -16,13 +16,12 @@ import time
 from abc import abstractmethod
 from typing import Any
 
+from verifiers._helpers import maybe_await
 from verifiers.clients.openai_client import ChatClient, as_chat_client, get_model_response
-from verifiers.compat.responses import ResponseView
-from verifiers.compat.tool_calls import as_tool_calls
+from verifiers.clients.response import ResponseView
 from verifiers.envs.environment import Environment
 from verifiers.errors import EnvError, OverlongPromptError
-from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage
-from verifiers.utils import maybe_await
+from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage, as_tool_calls
 
 # Set when the turn limit was found reached during the current task's `is_completed` call, so the
 # stop reason says "max_turns" exactly when the limit (not the environment's own rule) ended it.

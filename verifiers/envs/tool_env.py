@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from verifiers._helpers import callable_name, maybe_await
 from verifiers.envs.multiturn_env import MultiTurnEnv
 from verifiers.errors import EnvError, ToolError, ToolExecutionError
 from verifiers.tools.execution import (
@@ -26,7 +27,6 @@ from verifiers.tools.execution import (
 )
 from verifiers.tools.schema import tool_schema
 from verifiers.types import Message, Messages, RolloutError, State
-from verifiers.utils import callable_name, maybe_await
 
 
 class ToolEnv(MultiTurnEnv):

@@ -20,16 +20,14 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from verifiers._helpers import maybe_await
 from verifiers.clients.openai_client import as_chat_client
 from verifiers.errors import ModelError, RolloutTimeoutError
 from verifiers.rollout.inputs import RolloutInput
+from verifiers.rollout.target import RolloutTarget
 from verifiers.types import RolloutError, RolloutResult, RolloutScore, SamplingArgs, Timing, Usage
-from verifiers.utils import maybe_await
-
-if TYPE_CHECKING:
-    from verifiers.envs.environment import Environment
 
 GroupCallback = Callable[[list[RolloutResult]], Any]
 RolloutCallback = Callable[[RolloutResult], Any]
@@ -40,7 +38,7 @@ def _error_origin(exc: BaseException) -> str:
 
 
 async def run_single(
-    env: Environment,
+    env: RolloutTarget,
     client: Any,
     model: str,
     inp: RolloutInput,
@@ -103,7 +101,7 @@ async def run_single(
     )
 
 
-async def _cleanup(env: Environment, state: dict[str, Any]) -> None:
+async def _cleanup(env: RolloutTarget, state: dict[str, Any]) -> None:
     try:
         await maybe_await(env.cleanup_state(state))
     except Exception as exc:  # a failing cleanup must not hide the rollout's own outcome
@@ -135,7 +133,7 @@ def _apply_score(r: RolloutResult, score: RolloutScore, seconds: float) -> None:
 
 
 async def run_rollouts(
-    env: Environment,
+    env: RolloutTarget,
     client: Any,
     model: str,
     inputs: Sequence[RolloutInput],

@@ -10,52 +10,68 @@ text, which is kept for context but masked out of the loss.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pydantic import BaseModel, Field
+from verifiers.errors import EnvError
 
-from verifiers.types import TurnTokens
+# TokenSequence and assemble_tokens live in verifiers.types (RolloutResult.token_sequence
+# returns one); this module keeps their old import path.
+from verifiers.types import ProcessedOutputs, TokenSequence, TurnTokens, assemble_tokens
+
+__all__ = ["TokenSequence", "TurnTokens", "assemble_tokens", "process_results_from_tokens"]
 
 
-class TokenSequence(BaseModel):
-    """One rollout as a single token sequence: ``prompt_ids + completion_ids``.
+def process_results_from_tokens(
+    states: Sequence[Mapping[str, Any]],
+    rewards: Sequence[float],
+    max_seq_len: int = -1,
+    mask_env_responses: bool = False,
+    mask_truncated_completions: bool = False,
+    zero_truncated_completions: bool = False,
+) -> ProcessedOutputs:
+    """0.1.x ``process_env_results_vllm`` from the per-turn token ids in ``state["tokens"]``.
 
-    ``completion_mask`` is 1 on tokens the model sampled (trained on) and 0 on
-    environment / tool tokens inserted between turns. ``completion_logprobs`` are
-    the sampler's logprobs (0 where masked). The attention mask is all ones over
-    the sequence and is kept separate from this loss mask.
+    The prompt is the first call's prompt ids (``prompt_mask`` all 0, as in 0.1.x); the
+    completion is every sampled token (mask 1, the sampler's logprobs) with the
+    environment/tool tokens between turns (mask 1, or 0 with ``mask_env_responses``;
+    logprob 0). Sequences longer than ``max_seq_len`` are cut as 0.1.x cut them.
     """
-
-    prompt_ids: list[int] = Field(default_factory=list)
-    completion_ids: list[int] = Field(default_factory=list)
-    completion_mask: list[int] = Field(default_factory=list)
-    completion_logprobs: list[float] = Field(default_factory=list)
-    prefix_consistent: bool = True
-    """False when a turn's prompt did not extend the previous turn's tokens; such a
-    rollout cannot be trained on token-exactly and should be dropped or re-tokenised."""
-
-
-def assemble_tokens(turns: Sequence[TurnTokens]) -> TokenSequence:
-    if not turns:
-        return TokenSequence()
-    first = turns[0]
-    out = TokenSequence(prompt_ids=list(first.prompt_ids))
-    seen = list(first.prompt_ids)
-    for i, turn in enumerate(turns):
-        if i > 0:
-            if turn.prompt_ids[: len(seen)] != seen:
-                out.prefix_consistent = False
-                break
-            inserted = turn.prompt_ids[len(seen) :]
-            out.completion_ids.extend(inserted)
-            out.completion_mask.extend([0] * len(inserted))
-            out.completion_logprobs.extend([0.0] * len(inserted))
-            seen.extend(inserted)
-        logprobs = list(turn.completion_logprobs)
-        if len(logprobs) != len(turn.completion_ids):
-            logprobs = [0.0] * len(turn.completion_ids)
-        out.completion_ids.extend(turn.completion_ids)
-        out.completion_mask.extend([1] * len(turn.completion_ids))
-        out.completion_logprobs.extend(logprobs)
-        seen.extend(turn.completion_ids)
+    if len(states) != len(rewards):
+        raise EnvError(f"got {len(states)} states but {len(rewards)} rewards")
+    out = ProcessedOutputs()
+    for i, (state, reward) in enumerate(zip(states, rewards, strict=True)):
+        turns = [t if isinstance(t, TurnTokens) else TurnTokens.model_validate(t) for t in state.get("tokens") or []]
+        if not turns:
+            raise EnvError(
+                f"rollout {i} has no token ids: ask the server for them (vLLM or the embedded server: "
+                "sampling_args={'logprobs': True, 'extra_body': {'return_token_ids': True}})"
+            )
+        seq = assemble_tokens(turns)
+        if not seq.prefix_consistent:
+            raise EnvError(
+                f"rollout {i}: a turn's prompt does not extend the previous turn's tokens, so it cannot "
+                "be assembled token-exactly"
+            )
+        prompt_ids = list(seq.prompt_ids)
+        prompt_mask = [0] * len(prompt_ids)
+        completion_ids = list(seq.completion_ids)
+        completion_mask = [1 if (m or not mask_env_responses) else 0 for m in seq.completion_mask]
+        completion_logprobs = list(seq.completion_logprobs)
+        truncated = False
+        if max_seq_len > 0 and len(prompt_ids) + len(completion_ids) > max_seq_len:
+            prompt_ids, prompt_mask = prompt_ids[:max_seq_len], prompt_mask[:max_seq_len]
+            room = max_seq_len - len(prompt_ids)
+            completion_ids = completion_ids[:room]
+            completion_mask = completion_mask[:room]
+            completion_logprobs = completion_logprobs[:room]
+            truncated = True
+        if truncated and mask_truncated_completions:
+            completion_mask = [0] * len(completion_ids)
+        out.prompt_ids.append(prompt_ids)
+        out.prompt_mask.append(prompt_mask)
+        out.completion_ids.append(completion_ids)
+        out.completion_mask.append(completion_mask)
+        out.completion_logprobs.append(completion_logprobs)
+        out.rewards.append(0.0 if (truncated and zero_truncated_completions) else float(reward))
     return out

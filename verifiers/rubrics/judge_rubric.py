@@ -18,11 +18,11 @@ from typing import Any
 
 import openai
 
+from verifiers._helpers import maybe_await
 from verifiers.clients.openai_client import ChatClient, as_chat_client, make_client
 from verifiers.errors import JudgeError, ModelError
 from verifiers.parsers.parser import Parser, message_text
 from verifiers.rubrics.rubric import RewardFunc, Rubric
-from verifiers.utils import maybe_await
 
 DEFAULT_JUDGE_PROMPT = """Given a ground truth answer and a response, determine if the response is correct.
 

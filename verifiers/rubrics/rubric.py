@@ -26,12 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verifiers.compat.env_adapters import set_legacy_attributes
-from verifiers.compat.scores import RolloutScores
+from verifiers._helpers import callable_name, maybe_await, set_legacy_attributes
 from verifiers.errors import ConfigError, RubricError
 from verifiers.parsers.parser import Parser
-from verifiers.types import RolloutError, RolloutScore
-from verifiers.utils import callable_name, maybe_await
+from verifiers.types import RolloutError, RolloutScore, RolloutScores
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from verifiers._helpers import callable_name
 from verifiers.rubrics.rubric import Rubric
-from verifiers.utils import callable_name
 
 
 def _count_calls(completion: Any, name: str | None) -> float:

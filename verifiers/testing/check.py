@@ -165,6 +165,6 @@ async def a_check_environment(
 
 def check_environment(env: Environment, **kwargs: Any) -> CheckReport:
     """Sync wrapper of `a_check_environment` (usable inside a running loop too)."""
-    from verifiers.envs.environment import run_sync
+    from verifiers.clients.loop import run_sync
 
     return run_sync(a_check_environment(env, **kwargs))

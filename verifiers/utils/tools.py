@@ -15,7 +15,7 @@ import ast
 import os
 import textwrap
 
-from verifiers.envs.environment import run_sync
+from verifiers.clients.loop import run_sync
 from verifiers.tools.sandbox import SandboxLimits, run_python
 
 __all__ = ["ask", "calculator", "python", "search", "search_ddg"]

@@ -1,0 +1,135 @@
+"""The import layers of DESIGN.md, checked by parsing the code (nothing is imported).
+
+Every import counts: top-level, inside functions and under ``TYPE_CHECKING``. A
+lazy import hides a cycle from the interpreter, not from the reader.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# trainers/grpo/<folder>: the sibling folders it may import (REDESIGN.md §2, "may import").
+# A folder imports nothing else of trainers.grpo; the top-level modules (trainer, config,
+# cli, __init__) may import anything.
+ALLOWED = {
+    "algo": set(),
+    "dist": {"algo"},
+    "data": {"algo", "dist"},
+    "learn": {"algo", "dist", "data"},
+    "sync": set(),
+    "ray": {"dist", "data"},
+    "run": {"data"},
+}
+LAYER = ("verifiers.compat", "verifiers.utils")  # the 0.1.x layer on top of the core
+TRAINERS_ENTRY = "verifiers.compat.training"  # the one verifiers module that may import trainers
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for pkg in ("verifiers", "trainers") for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _under(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _imports(name: str) -> list[tuple[str, int]]:
+    """(project module, line) for every import statement in the module, wherever it sits."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            anchor = package.rsplit(".", node.level - 1)[0] if node.level else ""  # `from ..x import y`
+            base = ".".join(filter(None, [anchor, node.module]))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:  # `import a.b.c` where only a.b is ours
+                target = target.rpartition(".")[0]
+            # a module importing itself is the `python -m` idiom (`__main__` imports the real module)
+            if target and target != name and (target, node.lineno) not in found:
+                found.append((target, node.lineno))
+    return found
+
+
+EDGES = {name: _imports(name) for name in MODULES}
+
+
+def _show(edges: list[tuple[str, str, int]]) -> str:
+    return "\n".join(f"  {MODULES[src].relative_to(ROOT)}:{line}  {src} -> {dst}" for src, dst, line in edges)
+
+
+def _cycle() -> list[tuple[str, str, int]]:
+    """One import cycle as (importer, imported, line) edges, by depth-first search; [] if none."""
+    state: dict[str, str] = {}  # "open" while on the current path, then "done"
+    path: list[tuple[str, str, int]] = []  # the edges from the search's root to the current module
+
+    def visit(node: str) -> list[tuple[str, str, int]]:
+        state[node] = "open"
+        for target, line in EDGES[node]:
+            if state.get(target) == "open":
+                start = next((i for i, edge in enumerate(path) if edge[0] == target), len(path))
+                return [*path[start:], (node, target, line)]
+            if target not in state:
+                path.append((node, target, line))
+                if found := visit(target):
+                    return found
+                path.pop()
+        state[node] = "done"
+        return []
+
+    return next((found for root in MODULES if root not in state and (found := visit(root))), [])
+
+
+def _bad(rule: Callable[[str, str], bool]) -> list[tuple[str, str, int]]:
+    return [(src, dst, line) for src in MODULES for dst, line in EDGES[src] if rule(src, dst)]
+
+
+def _grpo_folder(name: str) -> str | None:
+    parts = name.split(".")
+    is_folder = len(parts) > 2 and parts[:2] == ["trainers", "grpo"] and MODULES[name].parent.name != "grpo"
+    return parts[2] if is_folder else None
+
+
+def test_no_import_cycles():
+    assert not (cycle := _cycle()), "import cycle:\n" + _show(cycle)
+
+
+def _core(name: str) -> bool:
+    return _under(name, "verifiers") and name != "verifiers" and not _under(name, *LAYER)
+
+
+def test_core_never_imports_the_compat_layer():
+    bad = _bad(lambda src, dst: _core(src) and _under(dst, *LAYER))
+    assert not bad, "the core imports verifiers.compat or verifiers.utils:\n" + _show(bad)
+
+
+def test_verifiers_imports_trainers_only_through_compat_training():
+    bad = _bad(
+        lambda src, dst: _under(src, "verifiers") and src != TRAINERS_ENTRY and _under(dst, "trainers")
+    )
+    assert not bad, f"only {TRAINERS_ENTRY} may import trainers:\n" + _show(bad)
+
+
+def test_grpo_folders_import_one_way():
+    unknown = sorted({f for m in MODULES if (f := _grpo_folder(m)) and f not in ALLOWED})
+    assert not unknown, f"trainers/grpo folders missing from ALLOWED in tests/test_layers.py: {unknown}"
+    bad = _bad(
+        lambda src, dst: (
+            (folder := _grpo_folder(src)) is not None
+            and _under(dst, "trainers.grpo")
+            and (other := _grpo_folder(dst)) != folder
+            and other not in ALLOWED[folder]
+        )
+    )
+    assert not bad, "trainers/grpo folder imports against the order (see ALLOWED):\n" + _show(bad)
