@@ -153,7 +153,9 @@ async def test_non_numeric_or_non_finite_return_is_an_error(value) -> None:
     assert score.errors[0].type == "RubricError"
 
 
-async def test_numeric_string_and_bool_are_accepted() -> None:
+async def test_bool_is_accepted_and_a_numeric_string_is_refused() -> None:
+    """A string is a parsing result, not a score: "0.25" would train silently on whatever it holds."""
+
     def as_str(completion):
         return "0.25"
 
@@ -161,8 +163,34 @@ async def test_numeric_string_and_bool_are_accepted() -> None:
         return True
 
     score = await vf.Rubric(funcs=[as_str, as_bool]).score_rollout(prompt=[], completion=[])
-    assert score.metrics == {"as_str": 0.25, "as_bool": 1.0}
-    assert score.errors == []
+    assert score.metrics == {"as_str": 0.0, "as_bool": 1.0}
+    assert [e.where for e in score.errors] == ["reward:as_str"]
+    assert "the string '0.25', not a number" in score.errors[0].message
+
+
+@pytest.mark.parametrize("weights", [[2.0, 1.0], [1.0, 1.0]], ids=["weight-overflow", "sum-overflow"])
+async def test_a_reward_that_overflows_after_weighting_is_an_error(weights) -> None:
+    def huge(completion) -> float:
+        return 1e308
+
+    def also_huge(completion) -> float:
+        return 1e308
+
+    score = await vf.Rubric(funcs=[huge, also_huge], weights=weights).score_rollout(prompt=[], completion=[])
+    assert math.isfinite(score.reward)
+    assert score.errors and score.errors[0].type == "RubricError"
+    assert "not a finite number" in score.errors[0].message
+
+
+async def test_a_group_reward_that_overflows_after_weighting_is_an_error() -> None:
+    def huge_group(completions) -> list[float]:
+        return [1e308] * len(completions)
+
+    rubric = vf.Rubric(funcs=[huge_group], weights=[10.0])
+    scores = [vf.RolloutScore() for _ in range(2)]
+    await rubric.score_group([{"completion": []}, {"completion": []}], scores)
+    assert all(s.reward == 0.0 and s.metrics["huge_group"] == 0.0 for s in scores)
+    assert all(s.errors[0].where == "reward:huge_group" for s in scores)
 
 
 async def test_missing_required_argument_is_recorded() -> None:

@@ -88,6 +88,11 @@ class _Sig:
 
 
 def _as_score(name: str, value: Any) -> float:
+    if isinstance(value, str | bytes | bytearray):  # float("0.5") would pass a parsing bug off as a score
+        raise RubricError(
+            f"reward function {name!r} returned the string {value!r}, not a number; "
+            "return a float (convert it in the function if the text is meant as a number)"
+        )
     try:
         score = float(value)
     except (TypeError, ValueError) as exc:
@@ -95,6 +100,25 @@ def _as_score(name: str, value: Any) -> float:
     if not math.isfinite(score):
         raise RubricError(f"reward function {name!r} returned {score}, not a finite number")
     return score
+
+
+def _adds_finitely(score: RolloutScore, name: str, weight: float, value: float) -> bool:
+    """Add ``weight * value`` to the reward, or record a scoring error if that is not finite.
+
+    Each score is finite, but a huge one times its weight, or the sum, can overflow to inf,
+    which the trainer would turn into NaN advantages. Like any failing reward function, the
+    function then scores 0 and the rollout carries the error.
+    """
+    total = score.reward + weight * value
+    if math.isfinite(total):
+        score.reward = total
+        return True
+    exc = RubricError(
+        f"reward function {name!r} returned {value} with weight {weight}, which makes the reward {total}, "
+        "not a finite number; scale the score or its weight down"
+    )
+    score.errors.append(RolloutError.from_exception(exc, where=f"reward:{name}"))
+    return False
 
 
 class Rubric:
@@ -254,9 +278,9 @@ class Rubric:
             if isinstance(value, RolloutError):
                 out.errors.append(value)
                 value = 0.0
+            if weight is not None and not _adds_finitely(out, sig.name, weight, value):
+                value = 0.0
             out.metrics[sig.name] = value
-            if weight is not None:
-                out.reward += weight * value
         return out
 
     async def score_group(self, rollouts: Sequence[dict[str, Any]], scores: list[RolloutScore]) -> None:
@@ -284,9 +308,9 @@ class Rubric:
                 for s in scores:
                     s.errors.append(err)
             for s, v in zip(scores, group_scores, strict=True):
+                if weight is not None and not _adds_finitely(s, sig.name, weight, v):
+                    v = 0.0
                 s.metrics[sig.name] = v
-                if weight is not None:
-                    s.reward += weight * v
 
     async def score_rollouts(
         self,
