@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from verifiers.clients.openai_client import ChatClient, as_chat_client, make_client
 from verifiers.clients.response import ModelResponse
+from verifiers.config import explain, load_toml
 from verifiers.errors import ConfigError
 from verifiers.types import SamplingArgs
 
@@ -99,13 +99,11 @@ def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
     if p.suffix == ".py":
         raw = _load_python_registry(p)
     else:
-        try:
-            with open(p, "rb") as f:
-                raw = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"endpoints file {str(p)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"endpoints file {str(p)!r} is not valid TOML: {exc}") from None
+        raw = load_toml(
+            p,
+            missing="endpoints file {path!r} does not exist",
+            invalid="endpoints file {path!r} is not valid TOML: {error}",
+        )
     registry: dict[str, list[Endpoint]] = {}
     for alias, value in raw.items():
         entries: list[Any] = value if isinstance(value, list) else [value]
@@ -117,9 +115,7 @@ def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
         try:
             registry[alias] = [Endpoint.model_validate(e) for e in entries]
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in exc.errors()
-            )
+            problems = "; ".join(explain(exc, Endpoint))
             raise ConfigError(f"endpoints file {str(p)!r}: alias {alias!r}: {problems}") from None
     return registry
 
