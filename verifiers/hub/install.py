@@ -41,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from verifiers.config import explain, load_toml
+from verifiers.envs.names import env_names
 from verifiers.errors import ConfigError
 from verifiers.hub.build import (
     DEFAULT_ENVIRONMENTS_DIR,
@@ -51,7 +52,6 @@ from verifiers.hub.build import (
     read_pyproject,
 )
 from verifiers.hub.index import normalize_project_name, parse_index_links, parse_wheel_filename
-from verifiers.hub.scaffold import env_names
 
 __all__ = [
     "HUB_URL_ENV_VAR",
