@@ -6,16 +6,14 @@ config is written next to every run as ``config.json`` so a run can be reproduce
 
 from __future__ import annotations
 
-import difflib
 import json
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainers.grpo.ray_config import RayConfig
-from verifiers.errors import ConfigError
+from verifiers.config import load_toml, merge, parse_overrides, validate
 from verifiers.inference.tiny import ToolFormat
 
 
@@ -230,111 +228,11 @@ class TrainConfig(BaseModel):
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
 
 
-def _parse_value(raw: str) -> Any:
-    """CLI values: JSON when it parses (numbers, booleans, lists, objects), else the string."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        lowered = raw.lower()
-        if lowered in ("true", "false"):
-            return lowered == "true"
-        return raw
-
-
-def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """``["--learning_rate", "1e-3", "--tiny_model.hidden_size=128"]`` → nested dict."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--"):
-            raise ConfigError(f"unexpected argument {arg!r}: overrides look like --key value or --key=value")
-        key = arg[2:].replace("-", "_")
-        if "=" in key:
-            key, raw = key.split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(args):
-                raise ConfigError(f"--{key} needs a value")
-            raw = args[i + 1]
-            i += 2
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = _parse_value(raw)
-    return out
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(merged.get(k), dict):
-            merged[k] = _merge(merged[k], v)
-        else:
-            merged[k] = v
-    return merged
-
-
-def _known_keys(loc: tuple[Any, ...]) -> list[str]:
-    """The keys allowed next to the unknown one at ``loc`` (top level, or inside a nested table)."""
-    model: type[BaseModel] = TrainConfig
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return []
-        inner = [a for a in (field.annotation, *getattr(field.annotation, "__args__", ()))
-                 if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not inner:
-            return []
-        model = inner[0]
-    return sorted(model.model_fields)
-
-
-def _unknown_key(loc: tuple[Any, ...]) -> str:
-    """``unknown key 'x'`` with the closest known names, not a list of every key."""
-    where = ".".join(str(p) for p in loc)
-    known = _known_keys(loc)
-    word = str(loc[-1])
-    close = difflib.get_close_matches(word, known, n=3, cutoff=0.6)
-    # only the near-best: 'learning_rat' is 'learning_rate', not also 'sft_warmup_learning_rate'
-    score = {c: difflib.SequenceMatcher(None, word, c).ratio() for c in close}
-    close = [c for c in close if score[c] >= max(score.values(), default=0.0) - 0.15]
-    prefix = ".".join(str(p) for p in loc[:-1])
-    names = [f"{prefix}.{c}" if prefix else c for c in close]
-    if names:
-        hint = "did you mean " + " or ".join(repr(n) for n in names) + "?"
-    else:
-        hint = "every key is listed in docs/training.md"
-    return f"unknown key {where!r}: {hint}"
-
-
-def _explain(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = tuple(err.get("loc", ()))
-        where = ".".join(str(p) for p in loc) or "config"
-        if err.get("type") == "extra_forbidden" and loc:
-            lines.append(_unknown_key(loc))
-        else:
-            lines.append(f"{where}: {err.get('msg')}")
-    return "invalid training config:\n  " + "\n  ".join(lines)
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> TrainConfig:
     """TOML file (optional) + overrides → validated `TrainConfig`; errors name the key and the fix."""
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist (examples: examples/configs/*.toml)")
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{p} is not valid TOML: {exc}") from None
+        data = load_toml(path, missing="config file {path} does not exist (examples: examples/configs/*.toml)")
     if overrides:
-        data = _merge(data, overrides if isinstance(overrides, dict) else parse_overrides(overrides))
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc)) from None
+        data = merge(data, overrides if isinstance(overrides, dict) else parse_overrides(overrides))
+    return validate(TrainConfig, data, "training config", docs="docs/training.md")

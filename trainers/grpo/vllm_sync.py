@@ -37,7 +37,7 @@ from typing import Any
 from trainers.grpo import sync_probe
 from trainers.grpo.sync_base import ExternalServerSync
 from trainers.grpo.weight_export import export_weights, iter_export_weights
-from verifiers.clients.balanced import AffinityClient
+from verifiers.clients.balanced import AffinityClient, ChatTarget, make_chat_client
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
 
@@ -109,16 +109,10 @@ class VLLMSync(ExternalServerSync):
 
     # -- WeightSync ---------------------------------------------------------------------------
     def make_client(self) -> Any:
-        import verifiers as vf
-
-        clients = [vf.make_client(a.base_url, api_key=a.api_key) for a in self.admins]
-        if len(clients) == 1:
-            return clients[0]
-        from verifiers.clients.openai_client import as_chat_client
-
-        self._client = AffinityClient([as_chat_client(c) for c in clients], [self.model_name] * len(clients),
-                                      names=[a.base_url for a in self.admins])
-        return self._client
+        targets = [ChatTarget(a.base_url, self.model_name, a.api_key) for a in self.admins]
+        client = make_chat_client(targets, balance="affinity")
+        self._client = client if isinstance(client, AffinityClient) else None  # several servers: balanced
+        return client
 
     def updating(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # the servers hold their own copy; the optimizer touches ours only

@@ -1,4 +1,11 @@
-"""One `ChatClient` over several replicas of the same model: sticky conversations, failover.
+"""One `ChatClient` over several replicas of the same model, and the one factory that builds it.
+
+`make_chat_client` turns a `ChatTarget` (URL, model name, key) list into one client:
+the own client of a single target, else a balancer over all of them. Two balancers:
+
+- ``round_robin`` (`RoundRobinClient`, vf-eval's endpoint aliases): each request goes to the
+  next replica; the cheapest way to use a few vLLM replicas without a load balancer.
+- ``affinity`` (`AffinityClient`, vf-train's vLLM servers): sticky conversations and failover.
 
 Why sticky: the G samples of a GRPO group share their prompt, and every later turn of a
 multi-turn episode extends it. Sending all of them to the server that saw the prompt first
@@ -13,18 +20,22 @@ for ``cooldown_s``; only when every server fails does the request fail.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
-from verifiers.clients.openai_client import ChatClient
+from verifiers.clients.openai_client import ChatClient, as_chat_client, make_client
 from verifiers.clients.response import ModelResponse
 from verifiers.errors import ConfigError, ServerError
 from verifiers.types import SamplingArgs
 
 T = TypeVar("T")
+Balance = Literal["round_robin", "affinity"]
+BALANCES: tuple[Balance, ...] = ("round_robin", "affinity")
 
 
 def conversation_key(prompt: list[dict[str, Any]] | str) -> str:
@@ -131,3 +142,103 @@ class AffinityClient:
     ) -> ModelResponse:
         return await self._call(conversation_key(prompt), lambda c, m: c.complete(
             m, prompt, sampling_args=sampling_args, timeout=timeout))
+
+
+class RoundRobinClient:
+    """A `ChatClient` spreading requests over several endpoints, one after another.
+
+    Each request goes to the next endpoint and asks it for *that endpoint's* model name
+    (replicas may register the same weights under different names). Retries happen
+    inside each endpoint's client, so a failing replica is retried where it failed.
+    """
+
+    def __init__(self, clients: Sequence[ChatClient], models: Sequence[str]) -> None:
+        if not clients or len(clients) != len(models):
+            raise ConfigError("RoundRobinClient needs one model name per client, and at least one client")
+        self.clients = list(clients)
+        self.models = list(models)
+        self._next = itertools.cycle(range(len(self.clients)))
+
+    def _pick(self) -> tuple[ChatClient, str]:
+        i = next(self._next)
+        return self.clients[i], self.models[i]
+
+    async def chat(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        client, endpoint_model = self._pick()
+        return await client.chat(
+            endpoint_model, messages, tools=tools, sampling_args=sampling_args, timeout=timeout
+        )
+
+    async def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        sampling_args: SamplingArgs | None = None,
+        timeout: float | None = None,
+    ) -> ModelResponse:
+        client, endpoint_model = self._pick()
+        return await client.complete(endpoint_model, prompt, sampling_args=sampling_args, timeout=timeout)
+
+    async def release_loop_session(self) -> None:
+        """Close every endpoint's connection pool of this event loop (called by the engine at the end)."""
+        for c in self.clients:
+            release = getattr(c, "release_loop_session", None)
+            if release is not None:
+                await release()
+
+    async def close(self) -> None:
+        for c in self.clients:
+            close = getattr(c, "close", None)
+            if close is not None:
+                await close()
+
+
+@dataclass(frozen=True)
+class ChatTarget:
+    """One replica: its OpenAI-compatible URL, the model name to ask it for, and its key.
+
+    ``api_key=None`` reads ``OPENAI_API_KEY`` (or sends ``EMPTY``), as `make_client` does.
+    """
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+
+
+def make_chat_client(
+    targets: Sequence[ChatTarget],
+    *,
+    balance: Balance = "round_robin",
+    timeout: float = 600.0,
+    max_retries: int = 3,
+    headers: dict[str, str] | None = None,
+) -> ChatClient:
+    """One `ChatClient` for ``targets``: the target's own client, or a ``balance`` balancer over several.
+
+    Each target gets a client of its own (`make_client`: retries happen there, where a request
+    failed); the `AffinityClient` names its replicas by URL, the names `AffinityClient.retire` takes.
+    """
+    if balance not in BALANCES:
+        raise ConfigError(f"unknown balance {balance!r}: use {' or '.join(repr(b) for b in BALANCES)}")
+    if not targets:
+        raise ConfigError("make_chat_client needs at least one target")
+    clients = [
+        as_chat_client(make_client(t.base_url, api_key=t.api_key, timeout=timeout, max_retries=max_retries,
+                                   headers=headers))
+        for t in targets
+    ]
+    if len(clients) == 1:
+        return clients[0]
+    models = [t.model for t in targets]
+    if balance == "affinity":
+        return AffinityClient(clients, models, names=[t.base_url for t in targets])
+    return RoundRobinClient(clients, models)

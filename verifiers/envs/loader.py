@@ -1,9 +1,10 @@
 """load_environment: find an environment package by id and build it.
 
-Where it looks, in order: an importable module named like the id (``-`` → ``_``), an entry
-point in the ``verifiers.environments`` group, and, so that a fresh clone runs its own
-examples without an install step, the package folder ``./environments/<module>`` of a
-repository checkout in the working directory.
+Where it looks, in order: an importable module named like the id (``-`` → ``_``, see
+`verifiers.envs.names`), an entry point in the ``verifiers.environments`` group, and, so that
+a fresh clone runs its own examples without an install step, the folder ``./environments``
+of the working directory, in every layout vf-eval reads there (`find_local_env`). vf-eval
+and vf-train both load through here, so they find the same environments.
 """
 
 from __future__ import annotations
@@ -16,50 +17,48 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.envs.environment import Environment
+from verifiers.envs.names import ENVIRONMENTS_DIR, find_local_env, module_name
 from verifiers.errors import ConfigError, EnvError
 
 ENTRY_POINT_GROUP = "verifiers.environments"
 log = logging.getLogger(__name__)
 
 
-def _module_name(env_id: str) -> str:
-    return env_id.replace("-", "_")
-
-
 def _find_loader(env_id: str) -> Any:
-    module_name = _module_name(env_id)
+    module = module_name(env_id)
     try:
-        module = importlib.import_module(module_name)
+        imported = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
+        if exc.name != module:
             raise  # the package exists but one of its own imports is missing
     else:
-        fn = getattr(module, "load_environment", None)
+        fn = getattr(imported, "load_environment", None)
         if fn is None:
-            raise EnvError(f"module {module_name!r} has no load_environment(**kwargs) function")
+            raise EnvError(f"module {module!r} has no load_environment(**kwargs) function")
         return fn
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in (env_id, module_name):
+        if ep.name in (env_id, module):
             return ep.load()
-    root = _checkout_package(module_name)
+    root = _checkout_folder(env_id)
     if root is not None:
         log.info("environment %r is not installed; loading it from the checkout folder %s", env_id, root)
         sys.path.insert(0, str(root))
         return _find_loader(env_id)
     raise ConfigError(
-        f"environment {env_id!r} is not installed (no module {module_name!r} and no "
+        f"environment {env_id!r} is not installed (no module {module!r} and no "
         f"{ENTRY_POINT_GROUP!r} entry point named so). Install it with `vf-install {env_id}` "
-        f"or `pip install -e environments/{module_name}`."
+        f"or `pip install -e environments/{module}`."
     )
 
 
-def _checkout_package(module_name: str) -> Path | None:
-    """``./environments/<module>`` when the working directory holds that package's source and it is
-    not yet on ``sys.path`` (the same folder ``pip install -e environments/<module>`` would install)."""
-    root = (Path.cwd() / "environments" / module_name).resolve()
-    if not (root / module_name / "__init__.py").is_file() or str(root) in sys.path:
+def _checkout_folder(env_id: str) -> Path | None:
+    """The folder under ``./environments`` holding ``env_id``'s source (package or flat module), when
+    it is not yet on ``sys.path`` (for a package, the folder ``pip install -e`` would install)."""
+    found = find_local_env(env_id, Path.cwd() / ENVIRONMENTS_DIR)
+    if found is None:
         return None
-    return root
+    root = found.resolve()
+    return None if str(root) in sys.path else root
 
 
 def load_environment(env_id: str, **env_args: Any) -> Environment:

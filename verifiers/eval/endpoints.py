@@ -28,19 +28,18 @@ from the environment when the client is built.
 
 from __future__ import annotations
 
-import itertools
 import os
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from verifiers.clients.openai_client import ChatClient, as_chat_client, make_client
-from verifiers.clients.response import ModelResponse
+from verifiers.clients.balanced import ChatTarget, make_chat_client
+from verifiers.clients.balanced import RoundRobinClient as RoundRobinClient  # re-exported: it lived here
+from verifiers.clients.openai_client import ChatClient
+from verifiers.config import explain, load_toml
 from verifiers.errors import ConfigError
-from verifiers.types import SamplingArgs
 
 DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"
@@ -99,13 +98,11 @@ def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
     if p.suffix == ".py":
         raw = _load_python_registry(p)
     else:
-        try:
-            with open(p, "rb") as f:
-                raw = tomllib.load(f)
-        except FileNotFoundError:
-            raise ConfigError(f"endpoints file {str(p)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"endpoints file {str(p)!r} is not valid TOML: {exc}") from None
+        raw = load_toml(
+            p,
+            missing="endpoints file {path!r} does not exist",
+            invalid="endpoints file {path!r} is not valid TOML: {error}",
+        )
     registry: dict[str, list[Endpoint]] = {}
     for alias, value in raw.items():
         entries: list[Any] = value if isinstance(value, list) else [value]
@@ -117,9 +114,7 @@ def load_endpoints(path: str | os.PathLike[str]) -> dict[str, list[Endpoint]]:
         try:
             registry[alias] = [Endpoint.model_validate(e) for e in entries]
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in exc.errors()
-            )
+            problems = "; ".join(explain(exc, Endpoint))
             raise ConfigError(f"endpoints file {str(p)!r}: alias {alias!r}: {problems}") from None
     return registry
 
@@ -187,64 +182,6 @@ def api_key_for(endpoint: Endpoint) -> tuple[str, bool]:
     return PLACEHOLDER_API_KEY, False
 
 
-class RoundRobinClient:
-    """A `ChatClient` spreading requests over several endpoints, one after another.
-
-    Each request goes to the next endpoint and asks it for *that endpoint's* model name
-    (replicas may register the same weights under different names). Retries happen
-    inside each endpoint's client, so a failing replica is retried where it failed.
-    """
-
-    def __init__(self, clients: Sequence[ChatClient], models: Sequence[str]) -> None:
-        if not clients or len(clients) != len(models):
-            raise ConfigError("RoundRobinClient needs one model name per client, and at least one client")
-        self.clients = list(clients)
-        self.models = list(models)
-        self._next = itertools.cycle(range(len(self.clients)))
-
-    def _pick(self) -> tuple[ChatClient, str]:
-        i = next(self._next)
-        return self.clients[i], self.models[i]
-
-    async def chat(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        client, endpoint_model = self._pick()
-        return await client.chat(
-            endpoint_model, messages, tools=tools, sampling_args=sampling_args, timeout=timeout
-        )
-
-    async def complete(
-        self,
-        model: str,
-        prompt: str,
-        *,
-        sampling_args: SamplingArgs | None = None,
-        timeout: float | None = None,
-    ) -> ModelResponse:
-        client, endpoint_model = self._pick()
-        return await client.complete(endpoint_model, prompt, sampling_args=sampling_args, timeout=timeout)
-
-    async def release_loop_session(self) -> None:
-        """Close every endpoint's connection pool of this event loop (called by the engine at the end)."""
-        for c in self.clients:
-            release = getattr(c, "release_loop_session", None)
-            if release is not None:
-                await release()
-
-    async def close(self) -> None:
-        for c in self.clients:
-            close = getattr(c, "close", None)
-            if close is not None:
-                await close()
-
-
 def build_client(
     endpoints: Sequence[Endpoint],
     *,
@@ -257,11 +194,7 @@ def build_client(
         raise ConfigError(
             "no endpoint to evaluate against: give -m MODEL (and -b BASE_URL) or an endpoints alias"
         )
-    clients: list[ChatClient] = []
-    for ep in endpoints:
-        key, _ = api_key_for(ep)
-        raw = make_client(ep.base_url, api_key=key, timeout=timeout, max_retries=max_retries, headers=headers)
-        clients.append(as_chat_client(raw))
-    if len(clients) == 1:
-        return clients[0]
-    return RoundRobinClient(clients, [ep.model for ep in endpoints])
+    targets = [ChatTarget(ep.base_url, ep.model, api_key_for(ep)[0]) for ep in endpoints]
+    return make_chat_client(
+        targets, balance="round_robin", timeout=timeout, max_retries=max_retries, headers=headers
+    )

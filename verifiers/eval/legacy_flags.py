@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from verifiers.envs.names import ENVIRONMENTS_DIR, find_local_env, module_name
 from verifiers.errors import ConfigError, VFError
 
-DEFAULT_ENV_DIR = Path("environments")
+DEFAULT_ENV_DIR = ENVIRONMENTS_DIR
 """0.1.x's default ``--env-dir-path``: used only when it holds the requested environment."""
 
 
@@ -24,17 +25,14 @@ class HubUnavailableError(VFError):
     """The results could not be pushed to the Hugging Face Hub (offline, no token, refused)."""
 
 
-def module_name(env_id: str) -> str:
-    return env_id.replace("-", "_").split("/")[-1]
-
-
 def add_env_dir(env_id: str, env_dir: str | os.PathLike[str] | None, *, explicit: bool) -> Path | None:
     """Make the environment ``env_id`` importable from a folder of local environments.
 
     Both 0.1.x layouts work: ``DIR/<name>/<name>.py`` (a flat module beside its
     pyproject.toml) and ``DIR/<name>/<name>/__init__.py`` (a package), as well as a
-    module or package directly in ``DIR``. The folder goes first on ``sys.path``, so a
-    local copy wins over an installed one (what someone editing it expects).
+    module or package directly in ``DIR`` (`verifiers.envs.names.find_local_env`, the lookup
+    `load_environment` makes in ``./environments`` too). The folder goes first on ``sys.path``,
+    so a local copy wins over an installed one (what someone editing it expects).
     Returns the path added, or None when the folder does not hold the environment
     (an error only when the folder was given explicitly with ``-p``).
     """
@@ -44,15 +42,14 @@ def add_env_dir(env_id: str, env_dir: str | os.PathLike[str] | None, *, explicit
             raise ConfigError(f"-p/--env-dir-path {str(root)!r} is not a directory")
         return None
     name = module_name(env_id)
-    candidates = [root / name, root / env_id, root]
-    for base in candidates:
-        if (base / f"{name}.py").is_file() or (base / name / "__init__.py").is_file():
-            path = str(base.resolve())
-            if path not in sys.path:
-                sys.path.insert(0, path)
-            importlib.invalidate_caches()
-            sys.modules.pop(name, None)  # a previously imported installed copy must not shadow it
-            return base
+    base = find_local_env(env_id, root)
+    if base is not None:
+        path = str(base.resolve())
+        if path not in sys.path:
+            sys.path.insert(0, path)
+        importlib.invalidate_caches()
+        sys.modules.pop(name, None)  # a previously imported installed copy must not shadow it
+        return base
     if explicit:
         raise ConfigError(
             f"environment {env_id!r} not found in {str(root)!r}: expected {name}/{name}.py, "

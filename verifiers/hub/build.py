@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from verifiers.envs.names import ENVIRONMENTS_DIR, module_name
 from verifiers.errors import ConfigError
 from verifiers.hub.index import HubFile, add_wheels, parse_wheel_filename
 
@@ -45,7 +46,7 @@ __all__ = [
     "verifiers_source_dir",
 ]
 
-DEFAULT_ENVIRONMENTS_DIR = Path("environments")
+DEFAULT_ENVIRONMENTS_DIR = ENVIRONMENTS_DIR
 DEFAULT_HUB_DIR = Path("dist/hub")
 # 1980-01-01, the earliest timestamp a zip file can hold.
 _REPRODUCIBLE_EPOCH = "315532800"
@@ -107,7 +108,7 @@ def resolve_environment_dir(spec: str, root: Path = DEFAULT_ENVIRONMENTS_DIR) ->
         read_pyproject(path)
         return path
     root = Path(root)
-    for candidate in (root / spec, root / spec.replace("-", "_")):
+    for candidate in (root / spec, root / module_name(spec)):
         if (candidate / "pyproject.toml").is_file():
             return candidate
     known = [p.name for p in find_environment_dirs(root)] if root.is_dir() else []

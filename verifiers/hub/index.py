@@ -30,6 +30,7 @@ from urllib.parse import quote, urldefrag
 
 from pydantic import BaseModel
 
+from verifiers.envs.names import normalize_project_name
 from verifiers.errors import ConfigError
 
 __all__ = [
@@ -46,16 +47,10 @@ __all__ = [
 
 FILES_DIR = "files"
 SIMPLE_DIR = "simple"
-_NORMALIZE_RE = re.compile(r"[-_.]+")
 # name-version(-build)?-python-abi-platform.whl, with the name already escaped to [A-Za-z0-9_.]
 _WHEEL_RE = re.compile(
     r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-[^-]+-[^-]+-[^-]+\.whl$"
 )
-
-
-def normalize_project_name(name: str) -> str:
-    """PEP 503 normalization: lower case, runs of ``-``, ``_`` and ``.`` become one ``-``."""
-    return _NORMALIZE_RE.sub("-", name).lower()
 
 
 def parse_wheel_filename(filename: str) -> tuple[str, str]:

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,6 +40,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from verifiers.config import explain, load_toml
+from verifiers.envs.names import env_names
 from verifiers.errors import ConfigError
 from verifiers.hub.build import (
     DEFAULT_ENVIRONMENTS_DIR,
@@ -51,7 +52,6 @@ from verifiers.hub.build import (
     read_pyproject,
 )
 from verifiers.hub.index import normalize_project_name, parse_index_links, parse_wheel_filename
-from verifiers.hub.scaffold import env_names
 
 __all__ = [
     "HUB_URL_ENV_VAR",
@@ -166,13 +166,12 @@ def configured_hub(environ: Mapping[str, str] | None = None, path: Path | None =
     path = path or config_path(environ)
     config = HubConfig()
     if path.is_file():
+        fix = '; it holds `index_url = "http://HOST:PORT/simple"` and optionally `extra_index_urls = [...]`'
+        data = load_toml(path, invalid="{path} is not a valid hub config ({error})" + fix)
         try:
-            config = HubConfig.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
-        except (tomllib.TOMLDecodeError, ValidationError) as exc:
-            raise ConfigError(
-                f'{path} is not a valid hub config ({exc}); it holds `index_url = "http://HOST:PORT/simple"` '
-                "and optionally `extra_index_urls = [...]`"
-            ) from exc
+            config = HubConfig.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"{path} is not a valid hub config ({'; '.join(explain(exc, HubConfig))}){fix}") from None
     if environ.get(HUB_URL_ENV_VAR):
         config = config.model_copy(update={"index_url": environ[HUB_URL_ENV_VAR]})
     return config

@@ -18,56 +18,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import keyword
-import re
-import sys
 from pathlib import Path
 from string import Template
 from typing import Literal
 
 from pydantic import BaseModel
 
+from verifiers.envs.names import EnvNames, env_names
 from verifiers.errors import ConfigError
-from verifiers.hub.index import normalize_project_name
 
 __all__ = ["KINDS", "EnvKind", "EnvNames", "ScaffoldResult", "env_names", "scaffold_environment"]
 
 EnvKind = Literal["single", "multi", "tool"]
 KINDS: tuple[EnvKind, ...] = ("single", "multi", "tool")
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*$")
-# Module names that would shadow what every environment imports.
-_RESERVED = {"verifiers", "trainers", "tests", "test", "environments", "datasets", "openai", "pydantic"}
-
-
-class EnvNames(BaseModel):
-    """The three spellings of one environment's name."""
-
-    env_id: str
-    """What users type: ``vf-eval my-env``, ``vf.load_environment("my-env")``."""
-    module: str
-    """The import name: ``my_env``."""
-    project: str
-    """The PEP 503 normalized distribution name used by pip and the hub."""
-
-
-def env_names(name: str) -> EnvNames:
-    """Validate ``name`` and derive its id, module and distribution names."""
-    name = name.strip()
-    if not _NAME_RE.match(name):
-        raise ConfigError(
-            f"invalid environment name {name!r}: use letters and digits separated by single '-' or '_', "
-            "starting with a letter (e.g. 'my-env')"
-        )
-    env_id = name.lower().replace("_", "-")
-    module = env_id.replace("-", "_")
-    if keyword.iskeyword(module) or module in sys.stdlib_module_names or module in _RESERVED:
-        raise ConfigError(
-            f"environment name {name!r} would create a module {module!r} that shadows a Python or "
-            "library module; pick another name (e.g. add a prefix: 'my-" + env_id + "')"
-        )
-    return EnvNames(env_id=env_id, module=module, project=normalize_project_name(env_id))
-
-
 class ScaffoldResult(BaseModel):
     """Where the package was written and how to use it."""
 
