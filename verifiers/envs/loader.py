@@ -41,7 +41,12 @@ def _find_loader(env_id: str) -> Any:
             return ep.load()
     root = _checkout_folder(env_id)
     if root is not None:
-        log.info("environment %r is not installed; loading it from the checkout folder %s", env_id, root)
+        # Code from the working directory runs here: say so (docs/security.md), once per environment.
+        log.warning(
+            "environment %r is not installed: importing it from %s in the working directory "
+            "(install it, e.g. `pip install -e %s`, to load the installed copy instead)",
+            env_id, root, _install_target(root, env_id),
+        )
         sys.path.insert(0, str(root))
         return _find_loader(env_id)
     raise ConfigError(
@@ -59,6 +64,15 @@ def _checkout_folder(env_id: str) -> Path | None:
         return None
     root = found.resolve()
     return None if str(root) in sys.path else root
+
+
+def _install_target(root: Path, env_id: str) -> str:
+    """What to ``pip install -e`` for a checkout folder: the package folder itself, or its parent."""
+    try:
+        rel = root.relative_to(Path.cwd())
+    except ValueError:
+        rel = root
+    return str(rel) if (root / "pyproject.toml").is_file() else f"environments/{module_name(env_id)}"
 
 
 def load_environment(env_id: str, **env_args: Any) -> Environment:

@@ -28,6 +28,7 @@ from the environment when the client is built.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +41,8 @@ from verifiers.clients.balanced import RoundRobinClient as RoundRobinClient  # r
 from verifiers.clients.openai_client import ChatClient
 from verifiers.config import explain, load_toml
 from verifiers.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
 PLACEHOLDER_API_KEY = "EMPTY"
@@ -156,7 +159,14 @@ def resolve_endpoints(
     in the registry is just a model name served at ``base_url`` (or the default).
     """
     registry_file = find_endpoints_file(endpoints_path)
+    from_working_dir = endpoints_path is None and registry_file is not None and not registry_file.is_absolute()
+    if from_working_dir:
+        _announce_registry(registry_file)
     registry = load_endpoints(registry_file) if registry_file is not None else {}
+    if from_working_dir:
+        for name, entries in registry.items():
+            for e in entries:
+                log.warning("  alias %r -> model %r at %s (key from $%s)", name, e.model, e.base_url, e.api_key_var)
     if model in registry:
         resolved: list[Endpoint] = []
         for e in registry[model]:
@@ -172,6 +182,19 @@ def resolve_endpoints(
         model=model, base_url=base_url or default_base_url, api_key_var=api_key_var or DEFAULT_API_KEY_VAR
     )
     return [ep], None
+
+
+def _announce_registry(path: Path) -> None:
+    """Say which registry from the working directory is used, before it runs or is read.
+
+    A cloned repository's ``configs/endpoints.*`` decides where a model name (and the key for
+    it) goes, and ``endpoints.py`` is executed: neither may act unseen (docs/security.md).
+    """
+    action = "executing the 0.1.x Python registry" if path.suffix == ".py" else "reading the endpoints registry"
+    log.warning(
+        "vf-eval: %s %s from the working directory; model aliases below send requests and the key there "
+        "(pass -e FILE to choose a registry explicitly)", action, path.resolve(),
+    )
 
 
 def api_key_for(endpoint: Endpoint) -> tuple[str, bool]:
