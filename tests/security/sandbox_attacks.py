@@ -21,7 +21,9 @@ from pathlib import Path
 
 from verifiers.tools.sandbox import SandboxLimits, run_python_sync
 
-LIMITS = SandboxLimits(isolation=sys.argv[2] if len(sys.argv) > 2 else "require", wall_time_s=20, cpu_time_s=20)
+# The work directory is shared read-write: attacks 4 and 5 need a host path the code can reach.
+LIMITS = SandboxLimits(isolation=sys.argv[2] if len(sys.argv) > 2 else "require", wall_time_s=20, cpu_time_s=20,
+                       writable_paths=[sys.argv[1]])
 
 
 def run(code: str) -> dict:

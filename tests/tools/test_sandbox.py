@@ -203,7 +203,8 @@ async def test_cancellation_kills_the_child(tmp_path: Path) -> None:
     pid_file.touch()
     pid_file.chmod(0o666)
     code = f"import os, time\nopen({str(pid_file)!r}, 'w').write(os.getcwd())\ntime.sleep(60)\n"
-    task = asyncio.create_task(run_python(code, SandboxLimits(wall_time_s=60)))
+    # The code reports through a host directory: the only place it may write besides its own tmpfs.
+    task = asyncio.create_task(run_python(code, SandboxLimits(wall_time_s=60, writable_paths=[str(tmp_path)])))
     for _ in range(500):
         if pid_file.read_text():
             break
