@@ -71,6 +71,12 @@ def hidden(workdir: Path) -> dict:
     return out
 
 
+def devices(workdir: Path) -> dict:
+    """The host's device nodes (a raw disk is writable by uid 0 on a read-only mount): only looked at."""
+    code = "import os\nprint(sorted(os.listdir('/dev')))\n"
+    return {"run": run(code)}
+
+
 def fill(workdir: Path) -> dict:
     """Fill the work directory and /tmp (files under the per-file limit); write onto the host disk."""
     host = workdir / "host_fill"
@@ -157,7 +163,7 @@ def require(workdir: Path) -> dict:
     return out
 
 
-ATTACKS = {f.__name__: f for f in (venv, hidden, fill, forkbomb, forkbomb_default_limits, memhog, report, require)}
+ATTACKS = {f.__name__: f for f in (venv, hidden, devices, fill, forkbomb, forkbomb_default_limits, memhog, report, require)}
 
 if __name__ == "__main__":
     attack, workdir = sys.argv[1], Path(sys.argv[2])

@@ -9,6 +9,7 @@ line existed (verifiers/tools/sandbox.py at b96b452) and failed there.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -116,6 +117,12 @@ def test_the_callers_cwd_and_output_directory_are_not_visible(available: dict[st
     assert [line.rsplit(" ", 1)[1] for line in lines if line.startswith("list")] == ["[]", "[]"]
     assert not any(line.startswith(("read", "wrote")) for line in lines), lines
     assert out["results_after"] == '{"reward": 1.0}\n'
+
+
+def test_only_a_minimal_dev_is_visible(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "readonly_fs")
+    listing = set(ast.literal_eval(attack("devices", workdir)["run"]["stdout"]))
+    assert listing <= {"fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"}, listing
 
 
 def test_filling_the_work_directory_stops_at_disk_mb(available: dict[str, bool], workdir: Path) -> None:

@@ -226,6 +226,30 @@ def _vf_filesystem(libc, config, got, why, keep):
         got["readonly_fs"] = True
     except OSError as exc:
         why["readonly_fs"] = str(exc)
+    # A minimal /dev: the host's device nodes stay writable on a read-only mount (a raw disk, for
+    # uid 0), so only these few are bound into a fresh one.
+    devices = {}
+    for name in ("null", "zero", "full", "random", "urandom"):
+        try:
+            devices[name] = os.open(f"/dev/{name}", os.O_PATH)
+        except OSError:
+            pass
+    try:
+        mount("tmpfs", "/dev", "tmpfs", nosuid, "size=64k,mode=755")
+    except OSError as exc:
+        got["readonly_fs"] = False
+        why["readonly_fs"] = f"/dev: {exc}"
+    else:
+        for name, fd in devices.items():
+            open(f"/dev/{name}", "w").close()
+            mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, bind)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, f"/dev/{name}")
+        os.mkdir("/dev/shm")
+        set_readonly("/dev", True, False)
+    for fd in devices.values():
+        os.close(fd)
     hidden = [p for p in config["hidden"] if os.path.lexists(p)]
     try:
         for path in hidden:
