@@ -1,40 +1,75 @@
 """Run model-written Python in a child process with resource limits and, on Linux, namespaces.
 
-RL policies explore and reward-hack: the code a tool runs is hostile input. Where the kernel
-allows it (root, or unprivileged user namespaces), each run gets its own namespaces, which is
-what ``isolated=True`` on the result reports:
+RL policies explore and reward-hack: the code a tool runs is hostile input. Each run gets, where
+the machine allows it, four protections; ``SandboxResult.isolation`` says which it had (with the
+reason for each one missing) and ``SandboxResult.isolated`` is true only when it had all four.
+
+``namespaces`` (root, or unprivileged user namespaces):
 
 * its own PID namespace: the caller's and the host's processes are invisible and cannot be
   signalled (``kill(-1)`` reaches only the run's own processes), and when the run ends its
   whole namespace is killed, so no descendant survives it (``setsid``/``setpgid`` included);
-* its own ``/proc``: no ``/proc/<caller>/environ`` or ``/mem`` to read the caller's secrets from;
+* its own ``/proc`` (read-only, so no ``/proc/sys`` or ``/proc/sysrq-trigger`` writes): no
+  ``/proc/<caller>/environ`` or ``/mem`` to read the caller's secrets from;
 * its own IPC namespace and a private ``/dev/shm``: no shared memory outlives the run;
 * its own, empty network namespace (unless ``network=True``), plus an audit hook that refuses
   inet connect / bind / send and DNS look-ups;
 * no capabilities (bounding set, effective, permitted, ambient all cleared; ``no_new_privs``;
   for root, the securebits that stop uid 0 from regaining them), and a seccomp filter that
-  refuses Unix-domain sockets, ``setns``/``unshare``/``mount``, ``ptrace`` and kernel-module,
-  keyring, BPF and perf calls.
+  refuses Unix-domain sockets, ``setns``/``unshare``/``mount``/``mount_setattr``, ``ptrace`` and
+  kernel-module, keyring, BPF and perf calls.
 
-Always, isolated or not:
+``readonly_fs`` (in the run's mount namespace): every mount of the host is read-only (one
+``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)`` on ``/``; a bind remount of each mount on
+kernels before 5.12), so the code cannot plant a ``.pth`` / ``sitecustomize`` in your virtualenv,
+edit your files or write your output directory. ``/dev`` is a fresh minimal one (null, zero,
+full, random, urandom): the host's device nodes, a raw disk included, stay writable on a
+read-only mount. The caller's current directory and ``SandboxLimits.hidden_paths`` are covered
+by an empty read-only tmpfs (a hidden file by ``/dev/null``); where the Python installation lies
+under a covered path it is bound back, read-only (an editable install's source is not).
+``writable_paths`` are bound back read-write, at the same path.
 
-* runaway CPU (RLIMIT_CPU: the child is killed by SIGXCPU), memory (RLIMIT_AS: allocations
-  fail with MemoryError) and file size (RLIMIT_FSIZE; no core dumps);
+``private_tmp``: ``/tmp`` is a private tmpfs of ``disk_mb`` that holds the work directory (cwd
+and HOME, with ``main.py``); it dies with the run. Writes beyond it fail with ENOSPC and the
+result says ``disk_full``.
+
+``cgroup``: the whole process tree has one memory budget (``memory.max`` = ``memory_mb``, swap 0;
+page cache and the files in its ``/tmp`` count) and one process budget (``pids.max`` =
+``max_processes``, threads count). Each run gets a fresh cgroup, joined by the child before any
+of its code runs and removed (its processes killed) afterwards: cgroup v2 where the memory and
+pids controllers can be had (the directory named by ``VF_SANDBOX_CGROUP``, or next to / under the
+caller's own cgroup, e.g. as root or in a systemd unit with ``Delegate=yes``), else, as root on
+hybrid hosts, the cgroup v1 memory and pids hierarchies. ``VF_SANDBOX_CGROUP=off`` turns it off.
+A run that hits them: ``memory_exceeded`` (the kernel's OOM killer SIGKILLs a process of the
+run), ``processes_exceeded`` (``fork`` fails with EAGAIN). Without a cgroup (not root and no
+delegated cgroup, a read-only ``/sys/fs/cgroup``, ``VF_SANDBOX_CGROUP=off``) the fallback is:
+RLIMIT_AS per process, so N processes may each use ``memory_mb`` (the totals are NOT capped), and
+RLIMIT_NPROC = ``max_processes`` in the run's own user namespace, which counts only the run's
+processes, but exists only for isolated runs by a user other than root: for root without a
+cgroup, and for unisolated runs, nothing caps the number of processes but the wall clock
+(``max_processes`` set explicitly on an unisolated run is RLIMIT_NPROC over all of the user's
+processes, as before).
+
+Always, whatever the run got:
+
+* runaway CPU (RLIMIT_CPU: the child is killed by SIGXCPU), memory per process (RLIMIT_AS:
+  allocations fail with MemoryError) and file size (RLIMIT_FSIZE; no core dumps);
 * runaway wall time (the process group, and with it the namespace, is SIGKILLed at the deadline);
-* a minimal environment (none of the caller's variables), a fresh temporary directory as cwd
-  and HOME, removed afterwards;
+* a minimal environment (none of the caller's variables), a fresh directory as cwd and HOME;
 * bounded output: stdout / stderr are drained concurrently, only a head and tail are kept.
 
 What it does NOT protect against: the child runs as the caller's user (root stays uid 0, but
-without capabilities), so it can read every file that user can read and write where that user
-can (``/tmp`` included; such files outlive the run); it shares the kernel (a kernel exploit
-escapes); CPU and memory are per process, so a fork bomb is bounded only by ``max_processes``;
-and without namespaces (``isolated=False``: no privileges for them, or not Linux) only the
-limits and the audit hook remain, which ctypes or another program bypasses. For hostile code
-that must not read your files, use a container, a VM or gVisor.
+without capabilities), so it can READ every file that user can read outside the covered paths
+(your home directory, keys, other projects: list them in ``hidden_paths``); it shares the kernel
+(a kernel exploit escapes); ``writable_paths`` are host directories it may fill (RLIMIT_FSIZE
+bounds each file, not their number); the cgroup relies on the read-only filesystem (root could
+otherwise move itself out of it); without namespaces (``isolated=False``: no privileges for them,
+or not Linux) only the limits, a cgroup and the audit hook remain, and ctypes or another program
+bypasses the hook. For hostile code that must not read your files, use a container, a VM or gVisor.
 
-``SandboxLimits.isolation``: ``"auto"`` (namespaces when available, else a logged warning and
-the limits alone), ``"require"`` (refuse to run without them), ``"off"``.
+``SandboxLimits.isolation``: ``"auto"`` (what the machine allows, else a logged warning naming
+what is missing), ``"require"`` (refuse to run, with a ConfigError naming each missing protection
+and how to get it, unless all four apply), ``"off"`` (no namespaces; limits and a cgroup only).
 """
 
 from __future__ import annotations
