@@ -21,13 +21,16 @@ from pathlib import Path
 
 from verifiers.tools.sandbox import SandboxLimits, run_python_sync
 
-LIMITS = SandboxLimits(isolation=sys.argv[2] if len(sys.argv) > 2 else "require", wall_time_s=20, cpu_time_s=20)
+# The work directory is shared read-write: attacks 4 and 5 need a host path the code can reach.
+# "auto", not "require": these attacks need the namespaces, not a cgroup (the test checks them).
+LIMITS = SandboxLimits(isolation=sys.argv[2] if len(sys.argv) > 2 else "auto", wall_time_s=20, cpu_time_s=20,
+                       writable_paths=[sys.argv[1]])
 
 
 def run(code: str) -> dict:
     result = run_python_sync(code, LIMITS)
     return {"stdout": result.stdout, "stderr": result.stderr[-2000:], "exit_code": result.exit_code,
-            "isolated": result.isolated}
+            "isolated": result.isolated, "namespaces": result.isolation.namespaces}
 
 
 def alive(pid: int) -> bool:

@@ -45,7 +45,7 @@ def attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = json.loads(lines[-1])
     for name, value in out.items():
         if isinstance(value, dict):
-            assert value["isolated"], f"{name}: the run was not isolated: {value}"
+            assert value["namespaces"], f"{name}: the run had no namespaces: {value}"
     return out
 
 

@@ -203,7 +203,8 @@ async def test_cancellation_kills_the_child(tmp_path: Path) -> None:
     pid_file.touch()
     pid_file.chmod(0o666)
     code = f"import os, time\nopen({str(pid_file)!r}, 'w').write(os.getcwd())\ntime.sleep(60)\n"
-    task = asyncio.create_task(run_python(code, SandboxLimits(wall_time_s=60)))
+    # The code reports through a host directory: the only place it may write besides its own tmpfs.
+    task = asyncio.create_task(run_python(code, SandboxLimits(wall_time_s=60, writable_paths=[str(tmp_path)])))
     for _ in range(500):
         if pid_file.read_text():
             break
@@ -239,3 +240,25 @@ def test_to_tool_output_notes() -> None:
     )
     assert SandboxResult(exit_code=-9).to_tool_output() == "[killed by SIGKILL]"
     assert SandboxResult(stdout="x", exit_code=0).to_tool_output() == "x"
+
+
+def test_cgroup_v2_directory_named_by_the_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VF_SANDBOX_CGROUP=<dir>: the run's cgroup v2 is made there with the totals (a plain directory
+    stands in for cgroupfs, so this checks the files written, not the kernel's enforcement)."""
+    from verifiers.tools.sandbox import CGROUP_ENV, _make_cgroup
+
+    (tmp_path / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("\n")
+    monkeypatch.setenv(CGROUP_ENV, str(tmp_path))
+    cgroup, reason = _make_cgroup(SandboxLimits(memory_mb=100, max_processes=10))
+    assert cgroup is not None and cgroup.version == 2, reason
+    (d,) = cgroup.dirs
+    assert d.parent == tmp_path and d.name.startswith("vf-sandbox-")
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory +pids"
+    assert (d / "memory.max").read_text() == str(100 << 20)
+    assert (d / "pids.max").read_text() == "12"  # the code's 10, the waiting process and init
+    assert cgroup.procs == [str(d / "cgroup.procs")]
+    (tmp_path / "cgroup.controllers").write_text("cpu io\n")
+    assert _make_cgroup(SandboxLimits()) == (None, f"{tmp_path}: memory and pids controllers not available in cgroup v2")
+    monkeypatch.setenv(CGROUP_ENV, "off")
+    assert _make_cgroup(SandboxLimits()) == (None, f"{CGROUP_ENV}=off")

@@ -99,7 +99,9 @@ class SandboxEnv(StatefulToolEnv):
     async def run_in_sandbox(self, code: str, sandbox_id: str, payload: dict[str, Any]) -> SandboxResult:
         """Run Python ``code`` under the limits with ``payload`` (plus the sandbox dir and env) on stdin."""
         request = {"dir": sandbox_id, "env": self.environment_vars, **payload}
-        return await run_python(code, self.limits, stdin=json.dumps(request))
+        # The rollout's directory is the one host directory the code may write (it persists between calls).
+        limits = self.limits.model_copy(update={"writable_paths": [*self.limits.writable_paths, sandbox_id]})
+        return await run_python(code, limits, stdin=json.dumps(request))
 
     async def bash(self, command: str, sandbox_id: str) -> str:
         """Execute `command` inside persistent sandbox container."""
@@ -108,7 +110,7 @@ class SandboxEnv(StatefulToolEnv):
         parts = [stdout] if stdout else []
         if stderr:
             parts.append(f"stderr:\n{stderr}")
-        if result.timed_out or result.cpu_exceeded or result.memory_exceeded:
+        if result.timed_out or result.cpu_exceeded or result.memory_exceeded or result.disk_full:
             parts.append(result.to_tool_output().splitlines()[-1])
         return "\n".join(parts) or "(no output)"
 

@@ -1,0 +1,200 @@
+"""The sandbox's filesystem line and totals: a read-only host, hidden caller directories, a private
+size-limited /tmp, and memory / process limits for the whole process tree.
+
+Each attack (`sandbox_fs_attacks.py`) runs in its own driver inside a PID namespace this test
+creates (`unshare --pid --fork --mount-proc`): whatever the attack forks or signals stays in that
+namespace, never reaches the machine. Every test here was run against the sandbox before this
+line existed (verifiers/tools/sandbox.py at b96b452) and failed there.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifiers.tools.sandbox import run_python_sync
+
+ATTACKS = Path(__file__).with_name("sandbox_fs_attacks.py")
+CGROUP_ENV = "VF_SANDBOX_CGROUP"  # the documented knob: off, auto, or a cgroup v2 directory
+
+
+def _namespace_problem() -> str | None:
+    if sys.platform != "linux" or shutil.which("unshare") is None:
+        return "needs Linux and util-linux's unshare"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
+    return None if probe.returncode == 0 else f"cannot create a PID namespace here: {probe.stderr.decode()[:200]}"
+
+
+@pytest.fixture(scope="module")
+def available() -> dict[str, bool]:
+    """Which protections this machine gives a plain run (a run reports it; tests needing one skip)."""
+    reason = _namespace_problem()
+    if reason:
+        pytest.skip(reason)
+    result = run_python_sync("pass")
+    isolation = getattr(result, "isolation", None)
+    fields = ("namespaces", "readonly_fs", "private_tmp", "cgroup")
+    if isolation is None:  # a sandbox that does not report each protection is taken at its word
+        return dict.fromkeys(fields, result.isolated)
+    return {k: getattr(isolation, k) for k in fields}
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    # Not pytest's tmp_path: the unprivileged-fallback test runs the driver as another user. Not under
+    # /tmp where there is /var/tmp: the run's private /tmp would hide it whole, not test the hiding.
+    base = "/var/tmp" if os.path.isdir("/var/tmp") and os.access("/var/tmp", os.W_OK) else None
+    path = Path(tempfile.mkdtemp(prefix="vf-fs-attack-", dir=base))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _env(cgroup: str | None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.pop(CGROUP_ENV, None)
+    if cgroup is not None:
+        env[CGROUP_ENV] = cgroup
+    return env
+
+
+def _as_user(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+def _python_for(uid: int) -> str | None:
+    """An interpreter `uid` may run (with this one's packages on PYTHONPATH): ours, or the system's
+    of the same version when ours lives somewhere that user cannot enter (e.g. under /root)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in (sys.executable, shutil.which(version), f"/usr/bin/{version}"):
+        if python and subprocess.run([*_as_user(uid), python, "-c", "import subprocess, sys; "
+                                      "subprocess.run([sys.executable, '-c', ''], check=True)"],
+                                     capture_output=True, env=_env(None), timeout=60).returncode == 0:
+            return python
+    return None
+
+
+def attack(name: str, workdir: Path, *, isolation: str = "auto", cgroup: str | None = None,
+           as_user: int | None = None, python: str = sys.executable) -> dict[str, Any]:
+    env = _env(cgroup)
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + (_as_user(as_user) if as_user is not None else [])
+    cmd += [python, str(ATTACKS), name, str(workdir), isolation]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines, f"the attack driver died (rc {proc.returncode}): {proc.stderr[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def need(available: dict[str, bool], *names: str) -> None:
+    missing = [n for n in names if not available[n]]
+    if missing:
+        pytest.skip(f"this machine does not give the sandbox {missing}")
+
+
+def test_the_callers_venv_and_cwd_are_not_writable(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "readonly_fs")
+    out = attack("venv", workdir)
+    assert not out["hook_planted"], out["run"]["stdout"]
+    assert out["notes_after"] == "caller data\n"
+    assert not out["planted_in_cwd"]
+    assert "wrote" not in out["run"]["stdout"] and out["run"]["stdout"].count("refused") == 3
+
+
+def test_the_callers_cwd_and_output_directory_are_not_visible(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "readonly_fs")
+    out = attack("hidden", workdir)
+    lines = out["run"]["stdout"].splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in lines if line.startswith("list")] == ["[]", "[]"]
+    assert not any(line.startswith(("read", "wrote")) for line in lines), lines
+    assert out["results_after"] == '{"reward": 1.0}\n'
+
+
+def test_only_a_minimal_dev_is_visible(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "readonly_fs")
+    listing = set(ast.literal_eval(attack("devices", workdir)["run"]["stdout"]))
+    assert listing <= {"fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"}, listing
+
+
+def test_filling_the_work_directory_stops_at_disk_mb(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "private_tmp")
+    out = attack("fill", workdir)
+    run = out["run"]
+    written = int(run["stdout"].split("written ")[1].split()[0])
+    assert written <= 8 << 20, run["stdout"]  # 32 MB attempted
+    assert "host write refused" in run["stdout"] and not out["host_file"]
+    assert run.get("disk_full") and "No space left on device" in run["stderr"]
+    assert "[disk full" in run["tool_output"]
+
+
+def test_a_fork_bomb_is_stopped_by_the_process_total(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "cgroup")
+    run = attack("forkbomb", workdir)["run"]
+    processes = run["stdout"].count("p") + run["stdout"].count("e")
+    assert 1 <= processes <= 16, run["stdout"]  # 128 without a total
+    assert "e" in run["stdout"] and run.get("processes_exceeded")
+
+
+def test_a_forking_memory_hog_is_stopped_by_the_memory_total(available: dict[str, bool], workdir: Path) -> None:
+    need(available, "namespaces", "cgroup")
+    run = attack("memhog", workdir)["run"]
+    done = sum(line.startswith("done ") for line in run["stdout"].splitlines())
+    assert done * 48 <= 160, run["stdout"]  # five children held 240 MB together without a total
+    assert run["memory_exceeded"]
+
+
+def test_the_result_reports_what_the_run_had(available: dict[str, bool], workdir: Path) -> None:
+    fields = ("namespaces", "readonly_fs", "private_tmp", "cgroup")
+    for cgroup, isolation in ((None, "auto"), ("off", "auto"), (None, "off")):
+        run = attack("report", workdir, isolation=isolation, cgroup=cgroup)["run"]
+        seen = json.loads(run["stdout"])
+        assert "isolation" in run, "the result does not say which protections the run had"
+        assert {k: run["isolation"][k] for k in fields} == seen, (cgroup, isolation, run["isolation"])
+        assert run["isolated"] == all(seen.values())
+        if cgroup == "off":
+            assert not run["isolation"]["cgroup"] and CGROUP_ENV in run["isolation"]["reasons"]["cgroup"]
+        if isolation == "off":
+            assert not (seen["namespaces"] or seen["readonly_fs"] or seen["private_tmp"])
+
+
+def test_require_refuses_without_a_cgroup_and_runs_nothing(available: dict[str, bool], workdir: Path) -> None:
+    out = attack("require", workdir, isolation="require", cgroup="off")
+    assert out["error"] and out["error"].startswith("ConfigError"), out
+    assert "cgroup" in out["error"] and CGROUP_ENV in out["error"]
+    assert not out["code_ran"]
+    if all(available.values()):  # and runs when everything is there
+        out = attack("require", workdir, isolation="require")
+        assert out["error"] is None and out["code_ran"] and out["run"]["isolated"], out
+
+
+def test_without_a_cgroup_an_unprivileged_run_caps_processes_in_its_user_namespace(workdir: Path) -> None:
+    """The fallback: no writable cgroup (a user other than root), RLIMIT_NPROC in the run's own user
+    namespace counts only the run's processes. As root this test runs the driver as nobody."""
+    reason = _namespace_problem()
+    if reason:
+        pytest.skip(reason)
+    as_user, python = None, sys.executable
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs util-linux's setpriv to run as an unprivileged user")
+        as_user = 65534
+        found = _python_for(as_user)
+        if found is None:
+            pytest.skip("no Python interpreter the unprivileged user may run")
+        python = found
+    run = attack("forkbomb_default_limits", workdir, cgroup="off", as_user=as_user, python=python)["run"]
+    processes = run["stdout"].count("p") + run["stdout"].count("e")
+    if processes == 128 and not run.get("isolation", {}).get("namespaces", True):
+        pytest.skip(f"no unprivileged user namespaces here: {run['isolation']['reasons']}")
+    assert 1 <= processes <= 64 and "e" in run["stdout"], run["stdout"]  # the default max_processes
+    assert not run["isolation"]["cgroup"] and not run["isolated"]
+    assert run["isolation"]["namespaces"] and run["isolation"]["readonly_fs"] and run["isolation"]["private_tmp"]
