@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from verifiers.errors import ConfigError
 from verifiers.hub.build import build_hub
 from verifiers.hub.index import add_wheels
 from verifiers.hub.install import install_environment
@@ -82,6 +83,15 @@ def hubs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     wheels.mkdir()
     add_wheels(root / "hub", [_wheel(wheels, "shadow-env", "0.1.0", {
         "shadow_env/__init__.py": "", "trainers/__init__.py": "", "shadow_env_hook.pth": "import os\n"})])
+    add_wheels(root / "hub", [_wheel(wheels, "hooky-env", "0.1.0", {
+        "hooky_env/__init__.py": "def main():\n    pass\n", "sitecustomize.py": "", "openai/__init__.py": "",
+        "hooky_env-0.1.0.dist-info/entry_points.txt": "[console_scripts]\nvf-eval = hooky_env:main\n"})])
+    # A project the hub offers only as an sdist (its page links a .tar.gz, no wheel).
+    sdist_page = root / "hub" / "simple" / "sdist-only-env"
+    sdist_page.mkdir(parents=True)
+    (sdist_page / "sdist_only_env-0.1.0.tar.gz").write_bytes(b"not built: a wheels-only install never fetches it")
+    (sdist_page / "index.html").write_text(
+        '<html><body><a href="sdist_only_env-0.1.0.tar.gz">sdist_only_env-0.1.0.tar.gz</a></body></html>\n')
     hub, other = _serve(root / "hub"), _serve(root / "other")
     yield f"{next(hub)}/simple", f"{next(other)}/simple"
     hub.close()
@@ -136,3 +146,32 @@ def test_pth_files_and_shadowing_packages_are_reported(
                                  environments_dir=tmp_path / "none")
     assert any(".pth" in w and "shadow_env_hook.pth" in w for w in result.warnings), result.warnings
     assert any("top-level 'trainers'" in w for w in result.warnings), result.warnings
+
+
+def test_startup_hooks_shadowed_distributions_and_console_scripts_are_reported(
+    hubs: tuple[str, str], venv_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    result = install_environment("hooky-env", index_url=hubs[0], python=str(venv_python), verify=False,
+                                 environments_dir=tmp_path / "none")
+    text = "\n".join(result.warnings)
+    assert "top-level 'sitecustomize' module, which Python imports at every start" in text, text
+    assert "top-level 'openai' package that the installed distribution 'openai' also provides" in text, text
+    assert "console script 'vf-eval', the name of a command of 'verifiers'" in text, text
+
+
+def test_a_hub_install_takes_wheels_only_unless_allowed(
+    hubs: tuple[str, str], venv_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Building an sdist runs its code, and a fresh venv's pip extracts links that escape the build dir."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    with pytest.raises(ConfigError, match=r"takes only wheels from a hub.*--allow-sdist"):
+        install_environment("sdist-only-env", index_url=hubs[0], python=str(venv_python), verify=False,
+                            environments_dir=tmp_path / "none")
+
+
+@pytest.mark.parametrize("name", ["sitecustomize", "usercustomize", "conftest", "setup", "pytest"])
+def test_vf_init_refuses_names_python_or_pytest_pick_up_on_their_own(name: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"module '{name}', which"):
+        scaffold_environment(name, tmp_path, kind="single")
+    assert not any(tmp_path.iterdir())

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--force-reinstall", action="store_true", help="reinstall the package (not its dependencies)"
     )
     p.add_argument(
+        "--allow-sdist",
+        action="store_true",
+        help="from a hub, also install source distributions (building one runs its code); by default "
+        "only wheels are taken from a hub",
+    )
+    p.add_argument(
         "--use-pip-config",
         action="store_true",
         help="let pip read this machine's pip configuration (PIP_* variables, pip.conf) and so its other "
@@ -80,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             check=args.check,
             no_deps=args.no_deps,
             force_reinstall=args.force_reinstall,
+            allow_sdist=args.allow_sdist,
             stream_output=args.verbose,
             use_pip_config=args.use_pip_config,
         )

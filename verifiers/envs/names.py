@@ -32,6 +32,18 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*$")
 # Module names that would shadow what every environment imports.
 _RESERVED = {"verifiers", "trainers", "tests", "test", "environments", "datasets", "openai", "pydantic"}
 _NORMALIZE_RE = re.compile(r"[-_.]+")
+_PICKED_UP = {
+    "sitecustomize": "Python imports at every start once it is installed",
+    "usercustomize": "Python imports at every start once it is installed",
+    "conftest": "pytest imports from any test directory on its own",
+    "setup": "pip and setuptools run as a build script",
+    "__main__": "Python runs for `python -m` and zip applications",
+    "__init__": "Python treats as a package marker",
+    "pytest": "shadows pytest",
+    "pip": "shadows pip",
+    "setuptools": "shadows setuptools",
+}
+"""Module names that Python, pip or pytest pick up by name, so an environment must not take them."""
 
 
 def normalize_project_name(name: str) -> str:
@@ -65,6 +77,11 @@ def env_names(name: str) -> EnvNames:
         )
     env_id = name.lower().replace("_", "-")
     module = module_name(env_id)
+    if module in _PICKED_UP:
+        raise ConfigError(
+            f"environment name {name!r} would create a module {module!r}, which {_PICKED_UP[module]}; "
+            "pick another name (e.g. add a prefix: 'my-" + env_id + "')"
+        )
     if keyword.iskeyword(module) or module in sys.stdlib_module_names or module in _RESERVED:
         raise ConfigError(
             f"environment name {name!r} would create a module {module!r} that shadows a Python or "

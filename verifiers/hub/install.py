@@ -15,8 +15,10 @@ isolated from the machine's pip configuration (``PIP_*`` variables, ``pip.conf``
 the hub is the only index unless the caller names more (``extra_index_urls``) or opts in with
 ``use_pip_config``, so a higher version on some other configured index cannot stand in for
 the hub's package (dependency confusion). The report says where every installed
-distribution was downloaded from, and warns about ``.pth`` files (code run at every
-interpreter start) and packages that install top-level ``verifiers``/``trainers`` modules. After
+distribution was downloaded from, and warns about ``.pth`` files and ``sitecustomize`` /
+``usercustomize`` modules (code run at every interpreter start), top-level packages that another
+installed distribution also provides, and console scripts named like another's (``vf-eval``).
+From a hub only wheels are installed unless ``allow_sdist``. After
 installing, a subprocess of that interpreter calls ``verifiers.load_environment`` for
 each environment the package registers (its ``verifiers.environments`` entry points):
 "installed" means "loads", not merely "unpacked".
@@ -329,10 +331,13 @@ def _pip_command(
     extra_index_urls: Sequence[str],
     no_deps: bool,
     force_reinstall: bool,
+    allow_sdist: bool = False,
 ) -> list[str]:
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report)]
     if target.kind == "index":
         cmd += ["--index-url", target.index_url or "", "--upgrade"]
+        if not allow_sdist:  # an sdist runs its build code, and older pips extract links that escape
+            cmd += ["--only-binary", ":all:"]
     for url in extra_index_urls:
         cmd += ["--extra-index-url", url]
     for url in [target.index_url or "", *extra_index_urls]:
@@ -402,6 +407,14 @@ def _pip_hint(target: InstallTarget, output: str) -> str:
     return "Check the package's pyproject.toml."
 
 
+def _sdist_hint(target: InstallTarget, output: str, allow_sdist: bool) -> str:
+    """When a hub had no wheel: say that only wheels are taken from a hub, and how to opt in."""
+    if target.kind != "index" or allow_sdist or "matching distribution" not in output:
+        return ""
+    return (" vf-install takes only wheels from a hub (an sdist runs its build code): publish wheels with "
+            "`vf-build`, or pass --allow-sdist if you trust the hub's source packages.")
+
+
 def _installed_from_report(report: Path) -> list[tuple[str, bool, str]]:
     """``(project, requested, source URL)`` of every distribution pip's ``--report`` lists."""
     try:
@@ -466,45 +479,93 @@ def _source_warnings(target: InstallTarget, installed: Sequence[tuple[str, bool,
 # Runs in the target interpreter: files of the given distributions that change other code.
 _INSPECT_SCRIPT = r"""
 import importlib.metadata, json, sys
+request = json.loads(sys.argv[1])
+STARTUP = {"sitecustomize", "usercustomize"}
+
+
+def tops(dist):
+    names = set()
+    for f in dist.files or []:
+        parts = f.parts
+        if len(parts) >= 1 and not parts[0].endswith((".dist-info", ".data", ".pth")) and parts[0] not in ("..", "__pycache__"):
+            names.add(parts[0][:-3] if parts[0].endswith(".py") else parts[0])
+    return names
+
+
+def project_of(dist):
+    return (dist.metadata["Name"] or "").lower().replace("_", "-")
+
+
 out = []
-for project in json.loads(sys.argv[1]):
+projects = {p.lower().replace("_", "-") for p in request["projects"]}
+others, scripts = {}, {}
+for dist in importlib.metadata.distributions():
+    name = project_of(dist)
+    if name in projects:
+        continue
+    for top in tops(dist):
+        others.setdefault(top, name)
+    for ep in dist.entry_points:
+        if ep.group == "console_scripts":
+            scripts.setdefault(ep.name, name)
+for project in request["projects"]:
     try:
         dist = importlib.metadata.distribution(project)
     except importlib.metadata.PackageNotFoundError:
         continue
-    tops = set()
     for f in dist.files or []:
-        parts = f.parts
-        if len(parts) == 1 and parts[0].endswith(".pth"):
+        if len(f.parts) == 1 and f.parts[0].endswith(".pth"):
             out.append({"project": project, "kind": "pth", "file": str(f)})
-        elif len(parts) >= 1 and not parts[0].endswith((".dist-info", ".data")) and parts[0] != "..":
-            tops.add(parts[0][:-3] if parts[0].endswith(".py") else parts[0])
-    for name in sorted(tops & {"verifiers", "trainers"}):
-        if project != "verifiers":
-            out.append({"project": project, "kind": "shadow", "file": name})
+    for top in sorted(tops(dist)):
+        if top in STARTUP:
+            out.append({"project": project, "kind": "startup", "file": top})
+        elif top in ("verifiers", "trainers") and project != "verifiers":
+            out.append({"project": project, "kind": "shadow", "file": top})
+        elif top in others and not top.startswith("_"):
+            out.append({"project": project, "kind": "shadow-dist", "file": top, "other": others[top]})
+    for ep in dist.entry_points:
+        if ep.group != "console_scripts":
+            continue
+        if ep.name in scripts or ep.name.startswith("vf-"):
+            out.append({"project": project, "kind": "script", "file": ep.name, "other": scripts.get(ep.name, "verifiers")})
 print(json.dumps(out))
 """
 
 
 def inspect_installed(python: str, projects: Sequence[str]) -> list[str]:
-    """Warnings about ``.pth`` files and top-level ``verifiers``/``trainers`` in ``projects``."""
+    """Warnings about what the installed ``projects`` change beyond themselves.
+
+    ``.pth`` files and ``sitecustomize``/``usercustomize`` modules run at every interpreter
+    start; a top-level package that another installed distribution also provides (``openai/``,
+    or this project's ``verifiers``/``trainers``) replaces that package's code; a console script
+    named like another distribution's (``vf-eval``) replaces that command.
+    """
     if not projects:
         return []
-    proc = subprocess.run([python, "-c", _INSPECT_SCRIPT, json.dumps(list(projects))], capture_output=True,
-                          text=True, check=False)
+    proc = subprocess.run([python, "-c", _INSPECT_SCRIPT, json.dumps({"projects": list(projects)})],
+                          capture_output=True, text=True, check=False)
     try:
         found = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return [f"could not inspect the installed files ({output_tail(proc.stdout + proc.stderr)})"]
-    out = []
-    for f in found:
-        if f["kind"] == "pth":
-            out.append(f"{f['project']} installed {f['file']}: a .pth file runs its import lines at every start "
-                       f"of {python}")
-        else:
-            out.append(f"{f['project']} installs a top-level '{f['file']}' package, which shadows or replaces "
-                       "this project's; uninstall it unless you trust it")
-    return out
+    return [_inspect_message(f, python) for f in found]
+
+
+def _inspect_message(f: dict[str, str], python: str) -> str:
+    project, file = f["project"], f["file"]
+    if f["kind"] == "pth":
+        return f"{project} installed {file}: a .pth file runs its import lines at every start of {python}"
+    if f["kind"] == "startup":
+        return (f"{project} installs a top-level '{file}' module, which Python imports at every start of "
+                f"{python}; uninstall it unless you trust it")
+    if f["kind"] == "shadow":
+        return (f"{project} installs a top-level '{file}' package, which shadows or replaces "
+                "this project's; uninstall it unless you trust it")
+    if f["kind"] == "shadow-dist":
+        return (f"{project} installs a top-level '{file}' package that the installed distribution "
+                f"'{f['other']}' also provides: one replaces the other's code; uninstall it unless you trust it")
+    return (f"{project} installs a console script '{file}', the name of a command of '{f['other']}': "
+            "running it may now run this package's code instead; uninstall it unless you trust it")
 
 
 def _git_project(spec: str) -> str | None:
@@ -570,6 +631,7 @@ def install_environment(
     check: bool = False,
     no_deps: bool = False,
     force_reinstall: bool = False,
+    allow_sdist: bool = False,
     stream_output: bool = False,
     environ: Mapping[str, str] | None = None,
     use_pip_config: bool = False,
@@ -588,6 +650,10 @@ def install_environment(
         no_deps: Do not install dependencies.
         force_reinstall: Reinstall the package (only it, not its dependencies) even if that
             version is installed.
+        allow_sdist: From a hub, also install source distributions. Off by default: a hub
+            install takes wheels only, because building an sdist runs its build code and the pip
+            of a fresh Python 3.11 virtualenv extracts sdist members that link outside the build
+            directory. Folder and git installs build from source regardless (you chose them).
         stream_output: Let pip print to the terminal instead of capturing its output.
         use_pip_config: Let pip read this machine's pip configuration (``PIP_*`` variables,
             ``pip.conf``), and so its other indexes; off by default, so a hub install takes the
@@ -612,6 +678,7 @@ def install_environment(
             extra_index_urls=extra,
             no_deps=no_deps,
             force_reinstall=force_reinstall,
+            allow_sdist=allow_sdist,
         )
         if (extra or use_pip_config) and not no_deps:  # other indexes: keep PyPI's 'verifiers' out
             constraints = Path(tmp) / "constraints.txt"
@@ -629,6 +696,7 @@ def install_environment(
                 f"pip could not install {spec!r} into {python} (exit {proc.returncode})"
                 + (f":\n{output_tail(output)}\n" if output else "; see pip's output above. ")
                 + _pip_hint(target, output)
+                + _sdist_hint(target, output, allow_sdist)
             )
         installed = _installed_from_report(report)
     requested = [name for name, was_requested, _ in installed if was_requested]
