@@ -88,7 +88,7 @@ def test_learns_against_one_server_and_it_serves_the_final_model(model_dir: Path
 
 
 def test_trains_against_two_managed_servers(tmp_path: Path, child_env: dict[str, str]) -> None:
-    # Learning against vLLM is proven with one server above (180 steps); with two, what is new is the
+    # Learning against vLLM is proven with one server above (200 steps); with two, what is new is the
     # pair of managed servers, every sync reaching and verified on both, and both doing real work,
     # which a short run shows. (A full learning run here cost ~4 minutes of the CI budget.)
     out, steps = tmp_path / "run", 16
