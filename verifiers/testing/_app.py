@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from verifiers.inference.protocol import ERROR_TYPES
 from verifiers.testing.script import CompiledScript, ServerScript, fill, render_chat
 
 try:  # optional: faster serialisation when installed
@@ -37,17 +38,6 @@ REQUEST_LOG_SIZE = 10_000
 # cancelling them; stopping must never take as long as a hang.
 _SHUTDOWN_TIMEOUT_S = 0.25
 _LOGPROBS = tuple(-0.01 * (k + 1) for k in range(7))
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    408: "RequestTimeoutError",
-    409: "ConflictError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-    503: "ServiceUnavailableError",
-}
 # Injected failures ask the client to retry after 10 ms (the official client honours
 # `retry-after-ms`), so retry tests do not wait for its exponential backoff.
 _RETRY_HEADERS = {"retry-after-ms": "10"}
@@ -74,7 +64,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     payload = {
         "error": {
             "message": message,
-            "type": _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "APIError"),
+            "type": ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "APIError"),
             "param": None,
             "code": status,
         }
