@@ -10,6 +10,9 @@ logprobs and a finish reason.
 Weights can change under the engine: `paused()` stops it between steps so a trainer can
 update parameters (in place when the model object is shared, or via `update_weights`),
 and `weight_version` counts updates; every result carries the version it started under.
+
+This module holds the engine's own work: construction, lifecycle, submission, admission and
+fault isolation, weights. One decoding step over the running rows is `step.DecodeBatch`.
 """
 
 from __future__ import annotations
