@@ -89,7 +89,7 @@ def _old_bytes(engine: Any) -> int:
 
 
 def _new_bytes(engine: Any) -> int:
-    return max(engine._kv.nbytes(), engine._kv.peak_bytes)
+    return max(engine._decoder.kv.nbytes(), engine._decoder.kv.peak_bytes)
 
 
 def measure(vocab: int = 0, requests: int = 48, max_prompt: int = 64, max_new: int = 96, budget: int = 2048,

@@ -181,8 +181,8 @@ def test_decoding_writes_the_cache_in_place(model_tok) -> None:
 
         def spy(new: list[Any]) -> None:
             step(new)
-            if engine._kv.keys:
-                ptrs.append(engine._kv.keys[0].data_ptr())
+            if engine._decoder.kv.keys:
+                ptrs.append(engine._decoder.kv.keys[0].data_ptr())
 
         engine._step = spy  # type: ignore[method-assign]
         jobs = [(p, SamplingParams(temperature=0, max_tokens=6 + 4 * i, ignore_eos=True)) for i, p in

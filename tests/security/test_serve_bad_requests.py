@@ -92,14 +92,14 @@ def test_a_failing_step_fails_only_its_own_request(engine: Any, monkeypatch: pyt
     from verifiers.inference.sampling import SamplingParams
 
     poison = (9, 9, 9, 9, 9, 9, 9)
-    original = engine._prefill
+    original = engine._decoder.prefill
 
     def prefill(plan: Any, first_slot: int) -> Any:
         if poison in plan.prompts:
             raise ValueError("simulated fault in this request's prefill")
         return original(plan, first_slot)
 
-    monkeypatch.setattr(engine, "_prefill", prefill)
+    monkeypatch.setattr(engine._decoder, "prefill", prefill)
     params = SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)
     out: dict[str, Any] = {}
 
@@ -125,7 +125,7 @@ def test_a_failing_step_fails_only_its_own_request(engine: Any, monkeypatch: pyt
     for name in ("bad0", "bad1"):
         assert isinstance(out[name], Exception) and "simulated fault" in str(out[name])
     # The engine is still serving afterwards.
-    monkeypatch.setattr(engine, "_prefill", original)
+    monkeypatch.setattr(engine._decoder, "prefill", original)
     assert len(engine.generate_sync([5, 6], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
                .outputs[0].token_ids) == 3
 

@@ -74,11 +74,11 @@ class SharedEngineSync:
         self.engine.weight_version = version  # the shared model already holds the checkpoint
 
     def rng_state(self) -> Any:
-        return self.engine._generator.get_state()
+        return self.engine.rng_state()
 
     def set_rng_state(self, state: Any) -> None:
         if state is not None:
-            self.engine._generator.set_state(state)
+            self.engine.set_rng_state(state)
 
     def save_final(self, model: Any, tokenizer: Any, path: Path) -> None:
         save_merged(model, tokenizer, path)

@@ -279,39 +279,13 @@ def run_eval(
         endpoints_path=config.endpoints_path,
         default_base_url=DEFAULT_BASE_URL,
     )
-    if env is None:
-        from verifiers.envs.loader import load_environment
-
-        env = load_environment(config.env_id, **config.env_args)
-    rows = list(env.get_eval_dataset(config.num_examples).to_list())
-    if config.num_examples > len(rows):
-        console.print(
-            f"note: -n {config.num_examples} asked for more examples than the eval split has; "
-            f"evaluating all {len(rows)}",
-            markup=False,
-            highlight=False,
-        )
+    env, rows = _load_rows(config, env, console)
     example_ids = [int(r["example_id"]) for r in rows]
     rollout_timeout_s = (
         config.rollout_timeout_s if config.rollout_timeout_s is not None else env.rollout_timeout_s
     )
     wanted = _metadata_for(config, config.env_id, endpoints, alias, example_ids, rollout_timeout_s)
-
-    if config.verbose:
-        for ep in endpoints:
-            _, from_env = api_key_for(ep)
-            key_note = (
-                "" if from_env else f" ({ep.api_key_var} is not set: sending the placeholder key EMPTY)"
-            )
-            console.print(f"endpoint {ep.base_url} model {ep.model}{key_note}")
-
-    if config.check_endpoint:
-        for checked in check_endpoints(endpoints, headers=config.headers or None):
-            for warning in checked.warnings:
-                console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-    else:
-        for ep in endpoints:
-            check_base_url(ep.base_url)
+    _check_endpoints(config, endpoints, console)
 
     client = build_client(
         endpoints,
@@ -332,32 +306,11 @@ def run_eval(
     )
 
     session: list[RolloutResult] = []
-    secrets = _secrets(endpoints, config.headers)
-
-    def on_group(group: list[RolloutResult]) -> None:
-        _scrub(group, secrets)
-        if store is not None:
-            store.append_group(group)
-        session.extend(group)
-
-    display = EvalDisplay(
-        len(inputs), console, enabled=config.show_progress, plain_every_s=config.progress_every_s
-    )
-    status: RunStatus = "failed"
     started = time.monotonic()
-    try:
-        with display:
-            status = run_sync(
-                _execute(
-                    env, client, wanted.model, inputs, config, rollout_timeout_s, on_group, display.update
-                )
-            )
-    except KeyboardInterrupt:  # Ctrl-C before our handler was installed (or outside the main thread)
-        status = "interrupted"
-        raise
-    finally:
-        # Whatever happens (even an unexpected exception), the run directory says how it ended.
-        metadata = store.finish(status) if store is not None else None
+    status, metadata = _run_session(
+        config, env, client, wanted.model, inputs, rollout_timeout_s, store, session,
+        _secrets(endpoints, config.headers), console,
+    )
     if status == "interrupted":
         console.print(f"[yellow]Interrupted: {len(session)} rollouts finished in this session were kept[/]")
     results = read_results(store.run_dir) if store is not None else session
@@ -372,6 +325,85 @@ def run_eval(
         resumed=resumed,
         duration_s=metadata.duration_s if metadata is not None else round(time.monotonic() - started, 3),
     )
+
+
+def _load_rows(
+    config: EvalConfig, env: Environment | None, console: Console
+) -> tuple[Environment, list[dict[str, Any]]]:
+    """The environment (loaded by id unless given) and the eval rows to run."""
+    if env is None:
+        from verifiers.envs.loader import load_environment
+
+        env = load_environment(config.env_id, **config.env_args)
+    rows = list(env.get_eval_dataset(config.num_examples).to_list())
+    if config.num_examples > len(rows):
+        console.print(
+            f"note: -n {config.num_examples} asked for more examples than the eval split has; "
+            f"evaluating all {len(rows)}",
+            markup=False,
+            highlight=False,
+        )
+    return env, rows
+
+
+def _check_endpoints(config: EvalConfig, endpoints: list[Endpoint], console: Console) -> None:
+    """Say which endpoints are used (verbose), then check them before any rollout starts."""
+    if config.verbose:
+        for ep in endpoints:
+            _, from_env = api_key_for(ep)
+            key_note = (
+                "" if from_env else f" ({ep.api_key_var} is not set: sending the placeholder key EMPTY)"
+            )
+            console.print(f"endpoint {ep.base_url} model {ep.model}{key_note}")
+
+    if config.check_endpoint:
+        for checked in check_endpoints(endpoints, headers=config.headers or None):
+            for warning in checked.warnings:
+                console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        for ep in endpoints:
+            check_base_url(ep.base_url)
+
+
+def _run_session(
+    config: EvalConfig,
+    env: Environment,
+    client: ChatClient,
+    model: str,
+    inputs: list[RolloutInput],
+    rollout_timeout_s: float | None,
+    store: RunStore | None,
+    session: list[RolloutResult],
+    secrets: list[str],
+    console: Console,
+) -> tuple[RunStatus, RunMetadata | None]:
+    """Run the rollouts under the progress display; finished groups go to ``session`` (and the store).
+
+    Whatever happens (even an unexpected exception or Ctrl-C), the run directory says how it ended.
+    """
+
+    def on_group(group: list[RolloutResult]) -> None:
+        _scrub(group, secrets)
+        if store is not None:
+            store.append_group(group)
+        session.extend(group)
+
+    display = EvalDisplay(
+        len(inputs), console, enabled=config.show_progress, plain_every_s=config.progress_every_s
+    )
+    status: RunStatus = "failed"
+    try:
+        with display:
+            status = run_sync(
+                _execute(env, client, model, inputs, config, rollout_timeout_s, on_group, display.update)
+            )
+    except KeyboardInterrupt:  # Ctrl-C before our handler was installed (or outside the main thread)
+        status = "interrupted"
+        raise
+    finally:
+        # Whatever happens (even an unexpected exception), the run directory says how it ended.
+        metadata = store.finish(status) if store is not None else None
+    return status, metadata
 
 
 def errors_by_type(results: list[RolloutResult]) -> dict[str, int]:

@@ -8,7 +8,9 @@ installed torch is a CPU-only build (``+cpu`` wheels from PyTorch's CPU index), 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any
 
 from verifiers.errors import ConfigError
 
@@ -65,3 +67,19 @@ def unused_gpu_note(device: str, fix: str) -> str | None:
         return (f"note: this machine has an NVIDIA GPU, but {_torch_build()}: to use the GPU install a CUDA build "
                 f"(`pip install torch` from PyPI, see {INSTALL_DOC})")
     return None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """An allocator failure: ``torch.OutOfMemoryError`` or a RuntimeError saying "out of memory"."""
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc))
+
+
+def empty_device_cache(device: Any) -> None:
+    """Give freed blocks back after an OOM so the surviving rows can allocate again."""
+    import torch
+
+    if getattr(device, "type", None) == "cuda" and torch.cuda.is_available():
+        with contextlib.suppress(Exception):
+            torch.cuda.empty_cache()

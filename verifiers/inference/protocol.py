@@ -14,10 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from verifiers.inference.sampling import SamplingParams
 
-_ERROR_TYPES = {
+# The ``error.type`` an OpenAI-compatible server names for an HTTP status (the embedded server's
+# and the scripted test server's one table; each picks its own name for a status not listed).
+ERROR_TYPES = {
     400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError", 404: "NotFoundError",
-    405: "MethodNotAllowedError", 409: "ConflictError", 413: "RequestTooLargeError", 422: "UnprocessableEntityError",
-    429: "RateLimitError", 499: "ClientClosedRequest",
+    405: "MethodNotAllowedError", 408: "RequestTimeoutError", 409: "ConflictError", 413: "RequestTooLargeError",
+    422: "UnprocessableEntityError", 429: "RateLimitError", 499: "ClientClosedRequest",
+    503: "ServiceUnavailableError",
 }
 
 
@@ -29,7 +32,7 @@ class OpenAIError(Exception):
         self.status = status
         self.message = message
         self.param = param
-        self.type = type_ or _ERROR_TYPES.get(status, "BadRequestError" if 400 <= status < 500 else "InternalServerError")
+        self.type = type_ or ERROR_TYPES.get(status, "BadRequestError" if 400 <= status < 500 else "InternalServerError")
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}

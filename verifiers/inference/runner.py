@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from verifiers.clients.base import RequestAdapter
+from verifiers.inference.api import EmbeddedAPI
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.server import EmbeddedAPI, create_app
+from verifiers.inference.server import create_app
 
 
 class EmbeddedServer:

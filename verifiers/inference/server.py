@@ -5,6 +5,9 @@ Endpoints: ``/v1/chat/completions``, ``/v1/completions`` (both with streaming),
 ``/weights/reload`` for trainers in another process. Responses follow vLLM's shape,
 including ``prompt_token_ids`` and per-choice ``token_ids`` when ``return_token_ids`` is
 set, plus a ``weight_version`` field naming the policy version that produced them.
+
+This module is the HTTP side (routing, auth, body limits, disconnects, error bodies); the
+request handling itself is `verifiers.inference.api.EmbeddedAPI`.
 """
 
 from __future__ import annotations
@@ -13,485 +16,25 @@ import asyncio
 import contextlib
 import hmac
 import json
-import time
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifiers.errors import ConfigError, OverlongPromptError
-from verifiers.inference.engine import (
-    InferenceEngine,
-    InvalidRequestError,
-    RequestOutput,
-    SequenceOutput,
-    StreamDelta,
-)
-from verifiers.inference.protocol import (
-    ChatRequest,
-    CompletionRequest,
-    DetokenizeRequest,
-    OpenAIError,
-    ReloadRequest,
-    TokenizeRequest,
-    validation_error,
-)
-from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
+from verifiers.inference.api import EmbeddedAPI, render_chat
+from verifiers.inference.engine import InferenceEngine, InvalidRequestError
+from verifiers.inference.protocol import OpenAIError
+
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "BodyLimit", "EmbeddedAPI", "create_app", "render_chat"]
 
 DEFAULT_MAX_REQUEST_BYTES = 2 * 1024 * 1024
 """Largest request body accepted (2 MiB): far above any prompt a 128k-context model can take as JSON
 text, far below what it costs to parse, template and tokenize (a 16 MB body took ~45 s and GBs)."""
-
-
-def render_chat(
-    tokenizer: Any,
-    messages: list[dict[str, Any]],
-    *,
-    tools: list[dict[str, Any]] | None = None,
-    add_generation_prompt: bool = True,
-    **template_kwargs: Any,
-) -> list[int]:
-    """Chat template → token ids, the way vLLM does it: render text, then tokenize it."""
-    from verifiers.data.templating import apply_chat_template
-
-    return apply_chat_template(
-        tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **template_kwargs
-    )
-
-
-class _TokenText:
-    """Cached id → text for logprob entries (decoding one id at a time is the hot path).
-
-    Special tokens keep their text (e.g. ``<|im_end|>``) so an entry always names its token;
-    the choice's ``text`` leaves them out.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tok = tokenizer
-        self.cache: dict[int, str] = {}
-
-    def __call__(self, tid: int) -> str:
-        s = self.cache.get(tid)
-        if s is None:
-            s = self.tok.decode([tid], skip_special_tokens=False)
-            self.cache[tid] = s
-        return s
-
-
-class EmbeddedAPI:
-    """Request handling, separate from FastAPI routing so it can be tested and reused."""
-
-    def __init__(
-        self, engine: InferenceEngine, served_model_names: Sequence[str], *, reload_dir: str | Path | None = None
-    ) -> None:
-        if not served_model_names:
-            raise ConfigError("give the server at least one model name to serve")
-        self.engine = engine
-        self.names = list(served_model_names)
-        self.token_text = _TokenText(engine.tokenizer)
-        self.created = int(time.time())
-        self.reload_dir = Path(reload_dir).resolve() if reload_dir is not None else None
-        self._max_token_chars: int | None = None
-
-    # -- limits ----------------------------------------------------------------------------
-    @property
-    def max_prompt_chars(self) -> int:
-        """Characters that cannot fit in ``max_model_len`` tokens, whatever the tokenizer does.
-
-        No token covers more characters than its vocabulary entry's length, so a text longer
-        than ``max_model_len`` x the longest entry is overlong without tokenizing it.
-        """
-        if self._max_token_chars is None:
-            try:
-                vocab = self.engine.tokenizer.get_vocab()
-                self._max_token_chars = max((len(t) for t in vocab), default=1) or 1
-            except Exception:  # a tokenizer without a vocabulary listing: a generous bound
-                self._max_token_chars = 64
-        return self.engine.max_model_len * self._max_token_chars + 1024  # + template text
-
-    def check_chars(self, n_chars: int, param: str) -> None:
-        if n_chars > self.max_prompt_chars:
-            raise OverlongPromptError(
-                f"This model's maximum context length is {self.engine.max_model_len} tokens. However, your "
-                f"request has {n_chars} characters in '{param}', more than that many tokens can hold. Please "
-                "reduce the length of the input messages."
-            )
-
-    def check_constraints(self, req: Any) -> None:
-        """Range-check token-id constraints, then refuse them: the embedded sampler does not apply them."""
-        for name, ids in req.unsupported_constraints():
-            self.engine.check_token_ids(ids, name)
-            raise OpenAIError(400, f"'{name}' is not supported by the embedded server", param=name)
-
-    # -- helpers ---------------------------------------------------------------------------
-    def check_model(self, model: str | None) -> str:
-        if model is None or model == "":
-            return self.names[0]
-        if model not in self.names:
-            raise OpenAIError(404, f"The model `{model}` does not exist.", param="model")
-        return model
-
-    @staticmethod
-    def parse(model_cls: type[BaseModel], body: Any) -> Any:
-        if not isinstance(body, dict):
-            raise OpenAIError(400, "the request body must be a JSON object")
-        try:
-            return model_cls.model_validate(body)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self.engine.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _chat_logprobs(self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]] | None) -> dict:
-        content = []
-        for k, (tid, lp) in enumerate(zip(ids, lps, strict=False)):
-            tok = self.token_text(tid)
-            entry: dict[str, Any] = {"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
-            if tops:
-                entry["top_logprobs"] = [
-                    {"token": self.token_text(t), "logprob": v, "bytes": list(self.token_text(t).encode())}
-                    for t, v in tops[k]
-                ]
-            content.append(entry)
-        return {"content": content}
-
-    def _completion_logprobs(
-        self, ids: list[int], lps: list[float], tops: list[list[tuple[int, float]]] | None, offset: int
-    ) -> dict[str, Any]:
-        tokens = [self.token_text(t) for t in ids]
-        offsets, pos = [], offset
-        for t in tokens:
-            offsets.append(pos)
-            pos += len(t)
-        return {
-            "tokens": tokens,
-            "token_logprobs": list(lps),
-            "top_logprobs": [{self.token_text(t): v for t, v in row} for row in tops] if tops else None,
-            "text_offset": offsets,
-        }
-
-    @staticmethod
-    def _usage(prompt_tokens: int, outs: Sequence[RequestOutput]) -> dict[str, int]:
-        completion = sum(len(o.token_ids) for r in outs for o in r.outputs)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
-
-    # -- chat ------------------------------------------------------------------------------
-    def _chat_inputs(self, req: ChatRequest) -> tuple[list[int], Any, list[int], bool]:
-        self.check_model(req.model)
-        named = req.named_tool()
-        use_tools = bool(req.tools) and req.tool_choice != "none"
-        tools = [t.model_dump(exclude_none=True) for t in req.tools or []] if use_tools else None
-        if req.tool_choice in ("required",) and not req.tools:
-            raise OpenAIError(400, "tool_choice 'required' needs a non-empty 'tools' list", param="tool_choice")
-        self.check_constraints(req)
-        self.check_chars(_text_chars(req.messages) + _text_chars(tools), "messages")
-        try:
-            prompt_ids = render_chat(
-                self.engine.tokenizer,
-                req.messages,
-                tools=tools,
-                add_generation_prompt=req.add_generation_prompt,
-                **(req.chat_template_kwargs or {}),
-            )
-        except Exception as exc:
-            raise OpenAIError(400, f"the chat template could not render these messages: {exc}", param="messages") from None
-        if req.top_logprobs and not req.logprobs:
-            raise OpenAIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
-        max_tokens = req.max_completion_tokens or req.max_tokens
-        params = req.sampling(max_tokens=max_tokens, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
-        forced: list[int] = []
-        if named is not None:
-            forced = self._encode(f'{OPEN}{{"name": {json.dumps(named)}, "arguments": ')
-        elif req.tool_choice == "required":
-            forced = self._encode(OPEN)
-        return prompt_ids, params, forced, use_tools
-
-    def _chat_choice(self, req: ChatRequest, o: SequenceOutput, use_tools: bool) -> dict[str, Any]:
-        content: str | None = o.text
-        tool_calls: list[dict[str, Any]] = []
-        finish = o.finish_reason
-        if use_tools and o.finish_reason == "stop":
-            content, tool_calls = parse_tool_calls(o.text)
-            if tool_calls:
-                finish = "tool_calls"
-        message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": tool_calls}
-        choice: dict[str, Any] = {
-            "index": o.index,
-            "message": message,
-            "logprobs": self._chat_logprobs(o.token_ids, o.logprobs or [], o.top_logprobs) if req.logprobs else None,
-            "finish_reason": finish,
-            "stop_reason": o.stop_reason,
-        }
-        if req.return_token_ids:
-            choice["token_ids"] = o.token_ids
-        return choice
-
-    def _parse_chat(self, body: Any) -> tuple[ChatRequest, list[int], Any, list[int], bool]:
-        req: ChatRequest = self.parse(ChatRequest, body)
-        return (req, *self._chat_inputs(req))  # validates the model name
-
-    async def chat(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
-        # Parsing, templating and tokenizing a large body take seconds: off the event loop.
-        req, prompt_ids, params, forced, use_tools = await asyncio.to_thread(self._parse_chat, body)
-        model = req.model or self.names[0]
-        if req.stream:
-            events = self.engine.stream(prompt_ids, params, req.n, forced=forced)
-            return self._chat_stream(req, model, prompt_ids, events, use_tools)
-        out = await self.engine.generate(prompt_ids, params, req.n, forced=forced)
-        resp: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [self._chat_choice(req, o, use_tools) for o in out.outputs],
-            "usage": self._usage(len(prompt_ids), [out]),
-            "weight_version": out.weight_version,
-        }
-        if req.return_token_ids:
-            resp["prompt_token_ids"] = prompt_ids
-        return resp
-
-    async def _chat_stream(
-        self, req: ChatRequest, model: str, prompt_ids: list[int], events: AsyncIterator[Any], use_tools: bool
-    ) -> AsyncIterator[str]:
-        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-            body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
-            body.update(extra)
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-
-        first: dict[str, Any] = {}
-        if req.return_token_ids:
-            first["prompt_token_ids"] = prompt_ids
-        yield chunk(
-            [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-             for i in range(req.n)],
-            **first,
-        )
-        text = [""] * req.n
-        sent = [0] * req.n
-        in_tool = [False] * req.n
-        final: RequestOutput | None = None
-        try:
-            async for ev in events:
-                if isinstance(ev, RequestOutput):
-                    final = ev
-                    continue
-                d: StreamDelta = ev
-                i = d.index
-                text[i] += d.text
-                visible = text[i]
-                if use_tools and not in_tool[i]:
-                    pos = visible.find(OPEN)
-                    if pos >= 0:
-                        in_tool[i] = True
-                        visible = visible[:pos]
-                    elif d.finish_reason is None:
-                        visible = visible[: len(visible) - tag_prefix_len(visible)]
-                elif use_tools:
-                    visible = visible[: sent[i]]
-                piece = visible[sent[i] :]
-                sent[i] = len(visible)
-                c: dict[str, Any] = {"index": i, "delta": {}, "logprobs": None, "finish_reason": None}
-                if piece:
-                    c["delta"]["content"] = piece
-                if req.logprobs and d.token_ids:
-                    c["logprobs"] = self._chat_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None)
-                if req.return_token_ids:
-                    c["token_ids"] = d.token_ids
-                if d.finish_reason is not None:
-                    finish = d.finish_reason
-                    if use_tools and finish == "stop":
-                        content, calls = parse_tool_calls(text[i])
-                        if calls:
-                            finish = "tool_calls"
-                            c["delta"]["tool_calls"] = [{"index": k, **tc} for k, tc in enumerate(calls)]
-                            lead = (content or "")[sent[i] :]
-                            if lead:
-                                c["delta"]["content"] = c["delta"].get("content", "") + lead
-                    if finish != "tool_calls" and sent[i] < len(text[i]):
-                        c["delta"]["content"] = c["delta"].get("content", "") + text[i][sent[i] :]
-                    c["finish_reason"] = finish
-                    c["stop_reason"] = d.stop_reason
-                if c["delta"] or c["finish_reason"] or c.get("token_ids") or c["logprobs"]:
-                    yield chunk([c])
-            if req.include_usage_in_stream and final is not None:
-                yield chunk([], usage=self._usage(len(prompt_ids), [final]), weight_version=final.weight_version)
-        except Exception as exc:
-            yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
-        yield "data: [DONE]\n\n"
-
-    # -- completions -----------------------------------------------------------------------
-    def _prompts(self, prompt: Any) -> list[list[int]]:
-        texts = [prompt] if isinstance(prompt, str) else [p for p in prompt if isinstance(p, str)]
-        self.check_chars(sum(len(t) for t in texts), "prompt")
-        if isinstance(prompt, str):
-            return [self._encode(prompt)]
-        if prompt and all(isinstance(p, int) for p in prompt):
-            return [list(prompt)]
-        out = []
-        for p in prompt:
-            out.append(self._encode(p) if isinstance(p, str) else list(p))
-        if not out:
-            raise OpenAIError(400, "prompt is empty", param="prompt")
-        return out
-
-    def _parse_completions(self, body: Any) -> tuple[CompletionRequest, str, list[list[int]]]:
-        req: CompletionRequest = self.parse(CompletionRequest, body)
-        model = self.check_model(req.model)
-        self.check_constraints(req)
-        return req, model, self._prompts(req.prompt)
-
-    async def completions(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
-        req, model, prompts = await asyncio.to_thread(self._parse_completions, body)
-        if any(not p for p in prompts):
-            raise OpenAIError(400, "prompt is empty", param="prompt")
-        params = req.sampling(
-            max_tokens=req.max_tokens or 16, logprobs=req.logprobs is not None, top_logprobs=req.logprobs or 0
-        )
-        if req.stream:
-            if len(prompts) != 1:
-                raise OpenAIError(400, "streaming supports one prompt per request", param="prompt")
-            events = self.engine.stream(prompts[0], params, req.n)
-            return self._completion_stream(req, model, prompts[0], events)
-        for p in prompts:  # validate every prompt before generating any
-            self.engine.check_request(p, params, req.n)
-        outs = await asyncio.gather(*[self.engine.generate(p, params, req.n) for p in prompts])
-        choices = []
-        for pi, out in enumerate(outs):
-            for o in out.outputs:
-                c: dict[str, Any] = {
-                    "index": pi * req.n + o.index,
-                    "text": o.text,
-                    "logprobs": self._completion_logprobs(o.token_ids, o.logprobs or [], o.top_logprobs, 0)
-                    if req.logprobs is not None
-                    else None,
-                    "finish_reason": o.finish_reason,
-                    "stop_reason": o.stop_reason,
-                }
-                if req.return_token_ids:
-                    c["prompt_token_ids"] = prompts[pi]
-                    c["token_ids"] = o.token_ids
-                choices.append(c)
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": choices,
-            "usage": self._usage(sum(len(p) for p in prompts), list(outs)),
-            "weight_version": min(o.weight_version for o in outs),
-        }
-
-    async def _completion_stream(
-        self, req: CompletionRequest, model: str, prompt_ids: list[int], events: AsyncIterator[Any]
-    ) -> AsyncIterator[str]:
-        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        offsets = [0] * req.n
-        final: RequestOutput | None = None
-        try:
-            async for ev in events:
-                if isinstance(ev, RequestOutput):
-                    final = ev
-                    continue
-                d: StreamDelta = ev
-                c: dict[str, Any] = {
-                    "index": d.index,
-                    "text": d.text,
-                    "logprobs": self._completion_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None, offsets[d.index])
-                    if req.logprobs is not None
-                    else None,
-                    "finish_reason": d.finish_reason,
-                    "stop_reason": d.stop_reason,
-                }
-                offsets[d.index] += len(d.text)
-                if req.return_token_ids:
-                    c["token_ids"] = d.token_ids
-                    c["prompt_token_ids"] = prompt_ids
-                body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [c]}
-                yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-            if req.include_usage_in_stream and final is not None:
-                body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [],
-                        "usage": self._usage(len(prompt_ids), [final])}
-                yield f"data: {json.dumps(body)}\n\n"
-        except Exception as exc:
-            yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
-        yield "data: [DONE]\n\n"
-
-    # -- utilities -------------------------------------------------------------------------
-    def models(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": n, "object": "model", "created": self.created, "owned_by": "verifiers",
-                 "max_model_len": self.engine.max_model_len}
-                for n in self.names
-            ],
-        }
-
-    def tokenize(self, body: Any) -> dict[str, Any]:
-        req: TokenizeRequest = self.parse(TokenizeRequest, body)
-        self.check_model(req.model)
-        if (req.prompt is None) == (req.messages is None):
-            raise OpenAIError(400, "give exactly one of 'prompt' or 'messages'", param="prompt")
-        self.check_chars(_text_chars(req.messages) + len(req.prompt or ""), "messages" if req.messages else "prompt")
-        if req.messages is not None:
-            tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-            try:
-                ids = render_chat(self.engine.tokenizer, req.messages, tools=tools,
-                                  add_generation_prompt=req.add_generation_prompt)
-            except Exception as exc:
-                raise OpenAIError(400, f"the chat template could not render these messages: {exc}", param="messages") from None
-        else:
-            ids = list(self.engine.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens)["input_ids"])
-        return {"count": len(ids), "max_model_len": self.engine.max_model_len, "tokens": ids}
-
-    def detokenize(self, body: Any) -> dict[str, Any]:
-        req: DetokenizeRequest = self.parse(DetokenizeRequest, body)
-        self.check_model(req.model)
-        self.engine.check_token_ids(req.tokens, "tokens")
-        return {"prompt": self.engine.tokenizer.decode(req.tokens)}
-
-    def check_reload_path(self, path: str) -> Path:
-        """The resolved checkpoint path; 403 when ``reload_dir`` is set and the path leaves it.
-
-        Resolving first (symlinks, ``..``) means a link inside the directory cannot point out of it.
-        """
-        resolved = Path(path).expanduser().resolve()
-        if self.reload_dir is not None and not resolved.is_relative_to(self.reload_dir):
-            raise OpenAIError(403, f"reload paths must be under {self.reload_dir} (the server's --reload-dir); "
-                              f"{path!r} is not", param="path")
-        return resolved
-
-    async def reload(self, body: Any) -> dict[str, Any]:
-        req: ReloadRequest = self.parse(ReloadRequest, body)
-        path = self.check_reload_path(req.path)
-        try:
-            version = await asyncio.to_thread(self.engine.load_weights_from_disk, path)
-        except ConfigError as exc:  # includes a checkpoint that does not match the served model
-            raise OpenAIError(400, str(exc), param="path") from None
-        except (OSError, ValueError, RuntimeError) as exc:  # unreadable or corrupt files: nothing was applied
-            raise OpenAIError(400, f"could not load a checkpoint from {req.path}: {exc}", param="path") from None
-        return {"weight_version": version}
-
-
-def _text_chars(value: Any) -> int:
-    """Characters of every string inside ``value`` (messages, content parts, tool schemas)."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, dict):
-        return sum(_text_chars(k) + _text_chars(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return sum(_text_chars(v) for v in value)
-    return 0
 
 
 class _ClientGone(Exception):
@@ -639,10 +182,19 @@ def create_app(
     api = EmbeddedAPI(engine, served_model_names, reload_dir=reload_dir)
     app = FastAPI(title="verifiers embedded server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.api = api
-    expected = f"Bearer {api_key}".encode() if api_key else b""
+    _add_error_handlers(app)
+    _add_guard(app, engine, api_key, max_request_bytes)
+    _add_routes(app, api, engine)
+    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # outermost: before anything reads the body
+    return app
 
-    def error_response(exc: OpenAIError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+
+def _error_response(exc: OpenAIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """The framework's own errors (404/405/422/500) as OpenAI-format JSON bodies."""
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -654,60 +206,72 @@ def create_app(
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         loc = [str(p) for p in (errors[0].get("loc", ()) if errors else ())]
-        return error_response(OpenAIError(422, f"invalid request: {errors[0].get('msg') if errors else exc}",
-                                          param=loc[-1] if loc else None))
+        return _error_response(OpenAIError(422, f"invalid request: {errors[0].get('msg') if errors else exc}",
+                                           param=loc[-1] if loc else None))
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
+        return _error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
+
+
+def _add_guard(app: FastAPI, engine: InferenceEngine, api_key: str | None, max_request_bytes: int) -> None:
+    """Middleware: check the API key, start the engine, and turn any escaped error into JSON."""
+    expected = f"Bearer {api_key}".encode() if api_key else b""
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
         given = (request.headers.get("authorization") or "").encode()
         if api_key and request.url.path != "/health" and not hmac.compare_digest(given, expected):
-            return error_response(OpenAIError(401, "invalid or missing API key"))
+            return _error_response(OpenAIError(401, "invalid or missing API key"))
         engine.start()
         try:
             return await call_next(request)
         except OpenAIError as exc:
-            return error_response(exc)
+            return _error_response(exc)
         except Exception as exc:  # an unhandled error must still be OpenAI-format JSON
             if _is_too_large(exc):  # the body went over the limit while a handler read it
                 return JSONResponse(BodyLimit.error(max_request_bytes).body(), status_code=413,
                                     headers={"connection": "close"})
-            return error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
+            return _error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
 
-    async def body_of(request: Request) -> Any:
-        raw = await request.body()
-        try:
-            return json.loads(raw) if len(raw) < 65536 else await asyncio.to_thread(json.loads, raw)
-        except Exception:
-            raise OpenAIError(400, "the request body is not valid JSON") from None
 
-    async def run(handler: Any, request: Request) -> Any:
-        try:
-            result = await _unless_disconnected(request, handler(await body_of(request)))
-        except _ClientGone:
-            return JSONResponse(OpenAIError(499, "client closed the request").body(), status_code=499)
-        except OpenAIError as exc:
-            return error_response(exc)
-        except OverlongPromptError as exc:
-            return error_response(OpenAIError(400, str(exc), param="messages"))
-        except InvalidRequestError as exc:
-            return error_response(OpenAIError(400, str(exc), param=exc.param))
-        except ConfigError as exc:
-            return error_response(OpenAIError(400, str(exc)))
-        if isinstance(result, dict):
-            return JSONResponse(result, headers={"x-weight-version": str(result.get("weight_version", ""))})
-        return StreamingResponse(result, media_type="text/event-stream")
+async def _body_of(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw) if len(raw) < 65536 else await asyncio.to_thread(json.loads, raw)
+    except Exception:
+        raise OpenAIError(400, "the request body is not valid JSON") from None
+
+
+async def _run(handler: Any, request: Request) -> Any:
+    """Run one API handler on the request's JSON body; its errors become OpenAI-format responses."""
+    try:
+        result = await _unless_disconnected(request, handler(await _body_of(request)))
+    except _ClientGone:
+        return JSONResponse(OpenAIError(499, "client closed the request").body(), status_code=499)
+    except OpenAIError as exc:
+        return _error_response(exc)
+    except OverlongPromptError as exc:
+        return _error_response(OpenAIError(400, str(exc), param="messages"))
+    except InvalidRequestError as exc:
+        return _error_response(OpenAIError(400, str(exc), param=exc.param))
+    except ConfigError as exc:
+        return _error_response(OpenAIError(400, str(exc)))
+    if isinstance(result, dict):
+        return JSONResponse(result, headers={"x-weight-version": str(result.get("weight_version", ""))})
+    return StreamingResponse(result, media_type="text/event-stream")
+
+
+def _add_routes(app: FastAPI, api: EmbeddedAPI, engine: InferenceEngine) -> None:
+    """The endpoints, each a thin call into ``api`` (or the engine's weight version)."""
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        return await run(api.chat, request)
+        return await _run(api.chat, request)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        return await run(api.completions, request)
+        return await _run(api.completions, request)
 
     @app.get("/v1/models")
     async def models() -> Any:
@@ -722,14 +286,14 @@ def create_app(
         async def h(body: Any) -> Any:
             return await asyncio.to_thread(api.tokenize, body)
 
-        return await run(h, request)
+        return await _run(h, request)
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> Any:
         async def h(body: Any) -> Any:
             return await asyncio.to_thread(api.detokenize, body)
 
-        return await run(h, request)
+        return await _run(h, request)
 
     @app.get("/weights/version")
     async def weight_version() -> Any:
@@ -737,7 +301,4 @@ def create_app(
 
     @app.post("/weights/reload")
     async def reload(request: Request) -> Any:
-        return await run(api.reload, request)
-
-    app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # outermost: before anything reads the body
-    return app
+        return await _run(api.reload, request)

@@ -17,14 +17,10 @@ if TYPE_CHECKING:
         a_check_environment,
         check_environment,
     )
+    from verifiers.testing.script import ScriptedReply, ScriptedToolCall, ServerScript
     from verifiers.testing.scripted_client import RecordedCall, ScriptedClient
-    from verifiers.testing.server import (
-        ScriptedReply,
-        ScriptedServer,
-        ScriptedToolCall,
-        ServerScript,
-        SpawnedServer,
-    )
+    from verifiers.testing.server import ScriptedServer
+    from verifiers.testing.spawn import SpawnedServer
 
 _HOMES = {
     "CheckReport": "check",
@@ -33,11 +29,11 @@ _HOMES = {
     "check_environment": "check",
     "RecordedCall": "scripted_client",
     "ScriptedClient": "scripted_client",
-    "ScriptedReply": "server",
+    "ScriptedReply": "script",
     "ScriptedServer": "server",
-    "ScriptedToolCall": "server",
-    "ServerScript": "server",
-    "SpawnedServer": "server",
+    "ScriptedToolCall": "script",
+    "ServerScript": "script",
+    "SpawnedServer": "spawn",
 }
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 from verifiers.clients.response import ModelResponse
 from verifiers.errors import OverlongPromptError
-from verifiers.testing.server import ServerScript, _Compiled, _fill, _render_chat, _tool_calls_text
+from verifiers.testing.script import CompiledScript, ServerScript, fill, render_chat, tool_calls_text
 from verifiers.types import SamplingArgs, TurnTokens, Usage
 
 Reply = str | dict[str, Any] | BaseException
@@ -49,7 +49,7 @@ class ScriptedClient:
     def __init__(
         self, replies: Sequence[Reply] | ReplyFn | ServerScript = ("",), latency_s: float = 0.0
     ) -> None:
-        self._script = _Compiled(replies) if isinstance(replies, ServerScript) else None
+        self._script = CompiledScript(replies) if isinstance(replies, ServerScript) else None
         self._fn = replies if callable(replies) and not isinstance(replies, ServerScript) else None
         self._list = list(replies) if self._script is None and self._fn is None else []  # type: ignore[arg-type]
         self._pos = 0
@@ -62,7 +62,7 @@ class ScriptedClient:
             return self._fn(prompt)
         if self._script is not None:
             messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-            text, last_user, last_message, turn = _render_chat(messages)
+            text, last_user, last_message, turn = render_chat(messages)
             if self._script.context_length is not None and len(text) > self._script.context_length:
                 return OverlongPromptError(
                     f"This model's maximum context length is {self._script.context_length} tokens. "
@@ -70,7 +70,7 @@ class ScriptedClient:
                 )
             rule = self._script.pick(last_message, turn)
             return {
-                "content": _fill(rule, last_user, last_message, turn),
+                "content": fill(rule, last_user, last_message, turn),
                 "tool_calls": [{"name": n, "arguments": a} for n, a in rule.tool_calls],
                 "finish_reason": rule.finish_reason,
             }
@@ -96,8 +96,8 @@ class ScriptedClient:
             for tc in reply.get("tool_calls") or []
         ]
         finish = reply.get("finish_reason") or ("tool_calls" if tool_calls else "stop")
-        prompt_text = prompt if isinstance(prompt, str) else _render_chat(prompt)[0]
-        out_text = (content or "") + _tool_calls_text(
+        prompt_text = prompt if isinstance(prompt, str) else render_chat(prompt)[0]
+        out_text = (content or "") + tool_calls_text(
             [(tc["function"]["name"], tc["function"]["arguments"]) for tc in tool_calls]
         )
         return ModelResponse(

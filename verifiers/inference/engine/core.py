@@ -1,0 +1,464 @@
+"""A continuous-batching generation engine over a transformers causal LM.
+
+Why not ``model.generate`` per request: 64 concurrent clients would cost 64 generations.
+Here one background thread owns the model and runs decoding steps over every active
+sequence at once, with a KV cache; between steps, newly arrived requests are prefilled and
+joined to the batch and finished sequences leave it (continuous batching). Callers, on any
+thread or event loop, submit token ids plus `SamplingParams` and get back token ids, text,
+logprobs and a finish reason.
+
+Weights can change under the engine: `paused()` stops it between steps so a trainer can
+update parameters (in place when the model object is shared, or via `update_weights`),
+and `weight_version` counts updates; every result carries the version it started under.
+
+This module holds the engine's own work: construction, lifecycle, submission, admission and
+fault isolation, weights. One decoding step over the running rows is `step.DecodeBatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from verifiers.errors import ConfigError, OverlongPromptError
+from verifiers.inference.devices import empty_device_cache, is_oom
+from verifiers.inference.engine.requests import (
+    InvalidRequestError,
+    Request,
+    RequestOutput,
+    Sink,
+    StreamDelta,
+    oom_error,
+    step_error,
+)
+from verifiers.inference.engine.step import DecodeBatch
+from verifiers.inference.engine.weights import match_state
+from verifiers.inference.kv_budget import DEFAULT_PREFILL_TOKENS, Budget, default_kv_tokens
+from verifiers.inference.sampling import SamplingParams
+
+
+class InferenceEngine:
+    """Owns a causal LM and serves generation requests with continuous batching.
+
+    Use as a context manager (or `start`/`stop`). ``max_batch_size`` bounds the number of
+    sequences decoded together; more requests wait their turn.
+
+    Memory: ``max_kv_tokens`` bounds the KV cache, counted densely as rows x the longest row's
+    worst case (prompt + max_tokens); a request is admitted, first come first served, only when
+    its rows fit next to the running ones (`verifiers.inference.kv_budget`). ``None`` means
+    ``max_batch_size * max_model_len``, capped on a GPU to half the memory free at construction.
+    ``max_prefill_tokens`` bounds the new tokens one prefill forward processes (long prompts are
+    prefilled in chunks). The cache is preallocated and written in place (`verifiers.inference.kv.SlotKV`).
+    An out-of-memory error fails only the newest request; the others continue.
+
+    ``logprobs_mode="raw"``
+    (vLLM's default) reports log-softmax of the model's logits, before temperature and
+    filtering, which is what a trainer compares its own log-probabilities against.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 256,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        logprobs_mode: str = "raw",
+        max_kv_tokens: int | None = None,
+        max_prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
+    ) -> None:
+        if logprobs_mode not in ("raw", "processed"):
+            raise ConfigError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.max_model_len = int(max_model_len or getattr(model.config, "max_position_embeddings", 2048))
+        self.logprobs_mode = logprobs_mode
+        self.device = next(model.parameters()).device
+        if max_kv_tokens is not None and max_kv_tokens < 1:
+            raise ConfigError(f"max_kv_tokens must be >= 1, got {max_kv_tokens}")
+        if max_prefill_tokens < 1:
+            raise ConfigError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
+        self.max_kv_tokens = int(max_kv_tokens or default_kv_tokens(model, self.device, max_batch_size,
+                                                                      self.max_model_len))
+        self.max_prefill_tokens = int(max_prefill_tokens)
+        self.budget = Budget(self.max_kv_tokens, max_batch_size)
+        self.vocab_size = self._vocab_size()
+        self.eos_ids = self._eos_ids()
+        self.weight_version = 0
+        self._cv = threading.Condition()
+        self._waiting: list[Request] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._pause_depth = 0
+        self._is_paused = False
+        self._admitted = 0
+        self.stats = {"steps": 0, "prefills": 0, "tokens": 0, "max_batch": 0, "prefill_forwards": 0,
+                      "kv_bytes": 0, "peak_kv_bytes": 0, "kv_capacity_tokens": 0, "oom_failures": 0,
+                      "request_failures": 0}
+        self._decoder = DecodeBatch(model, device=self.device, seed=seed, budget=self.budget,
+                                    max_prefill_tokens=self.max_prefill_tokens, logprobs_mode=logprobs_mode,
+                                    eos_ids=self.eos_ids, decode=self._decode, stats=self.stats)
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu", **kw: Any) -> InferenceEngine:
+        from verifiers.inference.attention import use_gqa_attention
+        from verifiers.inference.loading import load_model_and_tokenizer
+
+        model, tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
+        use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
+        return cls(model, tok, **kw)
+
+    def _vocab_size(self) -> int:
+        """Token ids valid both as inputs (embedding rows) and as logit columns."""
+        sizes = []
+        emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
+        if emb is not None and getattr(emb, "weight", None) is not None:
+            sizes.append(int(emb.weight.shape[0]))
+        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        if head is not None and getattr(head, "weight", None) is not None:
+            sizes.append(int(head.weight.shape[0]))
+        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
+        if not sizes and getattr(cfg, "vocab_size", None):
+            sizes.append(int(cfg.vocab_size))
+        return min(sizes) if sizes else len(self.tokenizer)
+
+    def check_token_ids(self, ids: Sequence[Any], param: str) -> None:
+        """Raise `InvalidRequestError` unless every id is an int in ``[0, vocab_size)``."""
+        v = self.vocab_size
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < v:
+                raise InvalidRequestError(
+                    f"'{param}' holds token id {t!r}, outside this model's vocabulary [0, {v})", param=param
+                )
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        gen = getattr(self.model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+        if eos is None:
+            eos = getattr(self.model.config, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif eos:
+            ids.update(int(e) for e in eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return ids
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> InferenceEngine:
+        if self._thread is None or not self._thread.is_alive():
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="vf-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> InferenceEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- weights ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the engine between decoding steps (e.g. while an optimizer updates shared weights)."""
+        with self._cv:
+            self._pause_depth += 1
+            self._cv.notify_all()
+            while self._thread is not None and self._thread.is_alive() and not self._is_paused:
+                self._cv.wait(0.05)
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._pause_depth -= 1
+                self._cv.notify_all()
+
+    def bump_version(self) -> int:
+        """Record that the (shared) weights changed; returns the new version."""
+        self.weight_version += 1
+        return self.weight_version
+
+    def update_weights(self, state: Any, *, strict: bool = True) -> int:
+        """Copy ``state`` (a state dict or a model) into the engine's model and bump the version.
+
+        All or nothing: every tensor's name, shape and dtype kind is checked against the served
+        model before the first copy, so a mismatched checkpoint raises `ConfigError` naming the
+        mismatch and leaves the weights and ``weight_version`` as they were (``load_state_dict``
+        alone copies the matching tensors before it complains). Floating-point tensors may differ
+        in width (an fp32 trainer feeding a bf16 server); they are cast on copy. A no-op copy when
+        ``state`` is the engine's own model (shared weights).
+        """
+        import torch
+
+        with self.paused():
+            if state is not self.model:
+                sd = state.state_dict() if hasattr(state, "state_dict") else state
+                pairs = match_state(self.model.state_dict(), sd, strict=strict)
+                with torch.no_grad():
+                    for dst, src in pairs:
+                        dst.copy_(src)
+            return self.bump_version()
+
+    def load_weights_from_disk(self, path: str | Path) -> int:
+        """Reload weights saved with ``save_pretrained`` (the fallback when no in-process share exists).
+
+        The checkpoint is loaded and checked in full before anything is copied (see `update_weights`).
+        """
+        from verifiers.inference.loading import load_model_and_tokenizer
+
+        fresh, _ = load_model_and_tokenizer(path, device=str(self.device), with_tokenizer=False)
+        return self.update_weights(fresh)
+
+    # -- submission ------------------------------------------------------------------------
+    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> int:
+        """Validate a request without running it; returns its effective ``max_tokens``.
+
+        The messages use vLLM's wording ("maximum context length") so clients map them to
+        their overlong-prompt error.
+        """
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty: send at least one token", param="prompt")
+        if n < 1:
+            raise InvalidRequestError(f"n must be >= 1, got {n}", param="n")
+        self.check_token_ids(prompt_ids, "prompt")
+        self.check_token_ids(params.stop_token_ids, "stop_token_ids")
+        room = self.max_model_len - len(prompt_ids)
+        if room <= 0:
+            raise OverlongPromptError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, your request has "
+                f"{len(prompt_ids)} input tokens. Please reduce the length of the input messages."
+            )
+        max_tokens = params.max_tokens if params.max_tokens is not None else room
+        if max_tokens > room:
+            raise OverlongPromptError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
+        worst = len(prompt_ids) + max_tokens
+        if self.budget.never_fits(n, worst):
+            raise OverlongPromptError(
+                f"This request needs up to {n * worst} KV-cache tokens (n={n} x ({len(prompt_ids)} prompt + "
+                f"{max_tokens} max_tokens)), more than the engine's max_kv_tokens={self.max_kv_tokens} even when "
+                "idle. Lower max_tokens or n, or start the engine with a larger max_kv_tokens."
+            )
+        return max_tokens
+
+    def _make_request(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int, sink: Sink, forced: Sequence[int]
+    ) -> Request:
+        prompt = list(prompt_ids)
+        max_tokens = self.check_request(prompt, params, n)
+        self.check_token_ids(forced, "tool_choice")
+        return Request(prompt, params, n, max_tokens, sink, list(forced))
+
+    def _enqueue(self, req: Request) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("the inference engine is not running: call start() or use it as a context manager")
+        with self._cv:
+            self._waiting.append(req)
+            self._cv.notify_all()
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, forced: Sequence[int] = ()
+    ) -> RequestOutput:
+        """Generate ``n`` independent continuations of ``prompt_ids``.
+
+        ``forced`` tokens are emitted first (with their real logprobs), then sampling takes
+        over; this is how a required or named tool choice is honoured.
+        """
+        req = self._make_request(prompt_ids, params, n, Sink(asyncio.get_running_loop(), False), forced)
+        self._enqueue(req)
+        try:
+            return await req.sink.future
+        except asyncio.CancelledError:
+            req.cancelled = True
+            raise
+
+    def stream(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, forced: Sequence[int] = ()
+    ) -> AsyncIterator[StreamDelta | RequestOutput]:
+        """Yield `StreamDelta`s as tokens arrive, then the final `RequestOutput`.
+
+        Validation (context length, empty prompt) happens here, before the first item, so a
+        server can still answer a bad request with an error status instead of a broken stream.
+        Must be called from a running event loop.
+        """
+        req = self._make_request(prompt_ids, params, n, Sink(asyncio.get_running_loop(), True), forced)
+        self._enqueue(req)
+        return self._iterate(req)
+
+    async def _iterate(self, req: Request) -> AsyncIterator[StreamDelta | RequestOutput]:
+        queue = req.sink.queue
+        if queue is None:
+            raise RuntimeError("not a streaming request")
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+            yield await req.sink.future
+        finally:
+            if not req.sink.future.done():
+                req.cancelled = True
+
+    def generate_sync(
+        self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, forced: Sequence[int] = ()
+    ) -> RequestOutput:
+        req = self._make_request(prompt_ids, params, n, Sink(None, False), forced)
+        self._enqueue(req)
+        return req.sink.future.result()
+
+    # -- the loop --------------------------------------------------------------------------
+    def _run(self) -> None:
+        import torch
+
+        with torch.inference_mode():
+            while True:
+                with self._cv:
+                    while True:
+                        if self._stopping:
+                            self._fail_all(RuntimeError("the inference engine stopped"))
+                            return
+                        if self._pause_depth > 0:
+                            self._is_paused = True
+                            self._cv.notify_all()
+                            self._cv.wait()
+                            continue
+                        self._is_paused = False
+                        if self._waiting or self._decoder.active:
+                            break
+                        self._cv.wait()
+                    new = self._admit()
+                try:
+                    self._step_or_shed(new)
+                except Exception as exc:
+                    self._fail_all(exc, also=new)
+
+    def _admit(self) -> list[Request]:
+        """Waiting requests that fit the KV budget and the row cap, strictly first come first served.
+
+        Only the head of the queue can be admitted, so a large request is never overtaken by a
+        stream of small ones: it waits until enough rows finish. Alone in an empty engine a request
+        always runs (one that could never fit was refused at submission).
+        """
+        rows, width = len(self._decoder.active), self._decoder.active_width()
+        new: list[Request] = []
+        while self._waiting:
+            req = self._waiting[0]
+            if req.cancelled:
+                self._waiting.pop(0)
+                continue
+            if req.isolated and new:
+                break  # a suspect of a failed step joins a step on its own
+            if not (self._decoder.active or new) or self.budget.fits(rows, width, req.n, req.worst):
+                self._waiting.pop(0)
+                self._admitted += 1
+                req.order = self._admitted
+                new.append(req)
+                rows, width = rows + req.n, max(width, req.worst)
+                if req.isolated:
+                    break
+            else:
+                break
+        return new
+
+    def _step_or_shed(self, new: list[Request]) -> None:
+        """Run one step; when it raises, fail only the request that caused it and carry on.
+
+        Out of memory: the newest admitted request is the one the memory was not there for; it
+        fails, its rows are freed and the step is retried. Any other error: if the step admitted
+        new requests, they go back to the head of the queue marked ``isolated`` (each then joins
+        a later step alone) and the running rows' step is retried without them; a new request
+        that fails while alone beside rows that step fine without it is the culprit. A step of
+        running rows alone that fails sheds its newest request, like an OOM. A failed step
+        leaves no committed state behind (a retried decode rewrites the same cache column), so
+        retrying is safe.
+        """
+        suspect: Request | None = None
+        suspect_exc: BaseException | None = None
+        while True:
+            try:
+                self._step(new)
+            except Exception as exc:
+                if is_oom(exc):
+                    victim = new.pop() if new else self._decoder.newest_request()
+                    if victim is None:
+                        raise
+                    self.stats["oom_failures"] += 1
+                    self._decoder.evict(victim, oom_error(exc))
+                    empty_device_cache(self.device)
+                elif new:
+                    if len(new) == 1 and new[0].isolated:
+                        suspect, suspect_exc = new.pop(), exc  # guilty if the running rows step fine without it
+                    else:
+                        for r in new:
+                            r.isolated = True
+                        with self._cv:
+                            self._waiting[0:0] = new
+                        new = []
+                elif (victim := self._decoder.newest_request()) is not None:
+                    self._decoder.evict(victim, step_error(exc))
+                    if suspect is not None:  # the fault is in the running rows: the suspect gets another try
+                        with self._cv:
+                            self._waiting.insert(0, suspect)
+                        suspect = None
+                else:
+                    raise
+                if not new and not self._decoder.active:
+                    break
+                continue
+            break
+        if suspect is not None:
+            self._reject(suspect, step_error(suspect_exc or RuntimeError("failed a step on its own")))
+
+    def _reject(self, req: Request, exc: BaseException) -> None:
+        """Fail a request that holds no rows (it never joined the batch)."""
+        self.stats["request_failures"] += 1
+        req.cancelled = True
+        req.sink.fail(exc)
+
+    def _fail_all(self, exc: BaseException, also: Sequence[Request] = ()) -> None:
+        reqs = {id(s.req): s.req for s in self._decoder.active}
+        for r in [*also, *self._waiting]:
+            reqs[id(r)] = r
+        for r in reqs.values():
+            r.sink.fail(exc)
+        self._decoder.clear()
+        self._waiting = []
+
+    def _step(self, new: list[Request]) -> None:
+        """One decoding step (a method of its own so tests can spy on it)."""
+        self._decoder.step(new, lambda: self.weight_version)
+
+    # -- sampling state ----------------------------------------------------------------------
+    def rng_state(self) -> Any:
+        """The sampling generator's state (a checkpoint saves it so a resumed run samples alike)."""
+        return self._decoder.generator.get_state()
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restore a state from `rng_state`."""
+        self._decoder.generator.set_state(state)
