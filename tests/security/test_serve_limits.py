@@ -138,3 +138,57 @@ def test_create_app_refuses_an_empty_api_key(engine: Any) -> None:
 
     with pytest.raises(ConfigError):
         create_app(engine, ["tiny"], api_key="")
+
+
+def _open_idle(port: int, n: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        socks.append(s)
+    return socks
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.5)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset
+
+
+def test_idle_and_slow_connections_cannot_hold_vf_serve(tiny_dir: Path) -> None:
+    """Before the fix, connections that sent nothing kept every client, /health included, at 503."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "verifiers.cli.serve", str(tiny_dir), "--port", "0", "--quiet",
+         "--limit-concurrency", "64", "--max-connections-per-client", "32", "--connection-reserve", "8",
+         "--header-timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    idle: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving" in line, line + (proc.stderr.read() if proc.stderr else "")
+        base = line.strip().rsplit(" ", 1)[1].removesuffix("/v1")
+        port = int(base.rsplit(":", 1)[1])
+        idle = _open_idle(port, 120)  # a bounded flood: twice the concurrency limit, all idle
+        slow = socket.create_connection(("127.0.0.1", port), timeout=5)
+        slow.sendall(b"GET /health HTTP/1.1\r\nHo")  # a head that never completes
+        idle.append(slow)
+        t0 = time.monotonic()
+        assert request(base, "GET", "/health", timeout=10)[0] == 200
+        status, body = post_json(base, "/v1/chat/completions", timeout=60, body={
+            "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert status == 200, body
+        assert time.monotonic() - t0 < 30
+        time.sleep(3)  # past the header timeout: every idle or half-sent connection is gone
+        still_open = [s for s in idle if not _closed_by_server(s)]
+        assert not still_open, f"{len(still_open)} idle connections still open after the header timeout"
+        assert request(base, "GET", "/health", timeout=10)[0] == 200
+    finally:
+        for s in idle:
+            s.close()
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -41,6 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="open connections + tasks before new connections get 503 (default 1024)")
     ap.add_argument("--timeout-keep-alive", type=int, default=5,
                     help="seconds an idle keep-alive connection stays open (default 5)")
+    ap.add_argument("--header-timeout", type=int, default=10,
+                    help="seconds a connection may take to send a request's headers before it is closed "
+                    "(idle and slow clients; default 10)")
+    ap.add_argument("--max-connections-per-client", type=int, default=256,
+                    help="connections one client address may hold; a new one beyond that closes the client's "
+                    "oldest idle connection (default 256)")
+    ap.add_argument("--connection-reserve", type=int, default=32,
+                    help="near --limit-concurrency, the oldest idle connections are closed so this many slots "
+                    "stay free for new requests and /health (default 32)")
     ap.add_argument("--max-header-bytes", type=int, default=65536,
                     help="largest request head (request line + headers) accepted (default 64 KiB)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sampler for requests without their own")
@@ -97,6 +106,7 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
     from transformers.utils import logging as hf_logging
 
     from verifiers.inference.access_log import RequestLog, ThroughputMeter
+    from verifiers.inference.connections import ConnectionGuard, guarded_h11_protocol
     from verifiers.inference.devices import unused_gpu_note
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.server import DEFAULT_MAX_REQUEST_BYTES, create_app
@@ -136,8 +146,10 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
             if self.started:  # listening now: a client that reads this line can connect
                 say(f"serving {names[0]} on http://{_url_host(host)}:{port}/v1")
 
+    guard = ConnectionGuard(header_timeout_s=args.header_timeout, per_client=args.max_connections_per_client,
+                            limit=args.limit_concurrency, reserve=args.connection_reserve)
     config = uvicorn.Config(logged, log_level="warning", access_log=False, limit_concurrency=args.limit_concurrency,
-                            timeout_keep_alive=args.timeout_keep_alive,
+                            timeout_keep_alive=args.timeout_keep_alive, http=guarded_h11_protocol(guard),
                             h11_max_incomplete_event_size=args.max_header_bytes)
     with engine:
         if meter is not None:
@@ -181,10 +193,14 @@ def _check_limits(args: argparse.Namespace) -> str | None:
         return "--api-key is empty; give a non-empty key, or leave the option out to serve without one"
     if args.reload_dir is not None and not Path(args.reload_dir).is_dir():
         return f"--reload-dir {args.reload_dir} is not a directory"
-    for name in ("max_request_bytes", "limit_concurrency", "timeout_keep_alive", "max_header_bytes"):
+    for name in ("max_request_bytes", "limit_concurrency", "timeout_keep_alive", "max_header_bytes",
+                 "header_timeout", "max_connections_per_client"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {value}"
+    if args.connection_reserve is not None and not 0 <= args.connection_reserve < args.limit_concurrency:
+        return (f"--connection-reserve must be >= 0 and below --limit-concurrency ({args.limit_concurrency}), "
+                f"got {args.connection_reserve}")
     return None
 
 
