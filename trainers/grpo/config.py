@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainers.grpo.ray_config import RayConfig
+from trainers.grpo.ray.config import RayConfig
 from verifiers.errors import ConfigError
 from verifiers.inference.tiny import ToolFormat
 

@@ -33,10 +33,19 @@ from typing import Any, Literal
 import torch
 from rich.markup import escape
 
-from trainers.grpo.advantages import GroupStats, get_advantage_fn, group_stats
-from trainers.grpo.algorithms import AlgorithmPreset, compute_loss, get_algorithm, rows_with_gradient
-from trainers.grpo.batch import TrainBatch, TrainRow, collate, expert_rows, row_from_result
-from trainers.grpo.checkpoint import (
+from trainers.grpo.algo.advantages import GroupStats, get_advantage_fn, group_stats
+from trainers.grpo.algo.algorithms import AlgorithmPreset, compute_loss, get_algorithm, rows_with_gradient
+from trainers.grpo.algo.losses import LossNormalizer, expert_count, mask_truncated
+from trainers.grpo.config import TrainConfig
+from trainers.grpo.data.batch import TrainBatch, TrainRow, collate, expert_rows, row_from_result
+from trainers.grpo.data.generator import BatchGenerator, RolloutBatch
+from trainers.grpo.data.microbatch import micro_batches
+from trainers.grpo.data.scoring import RewardFunctionError, ScoringFailures, merge_failures
+from trainers.grpo.data.store import ExperienceStore
+from trainers.grpo.dist.ranks import Dist
+from trainers.grpo.learn.logprobs import completion_logps
+from trainers.grpo.learn.step import global_normalizer
+from trainers.grpo.run.checkpoint import (
     PER_RANK,
     checkpoint_path,
     latest_checkpoint,
@@ -46,16 +55,10 @@ from trainers.grpo.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from trainers.grpo.config import TrainConfig
-from trainers.grpo.distributed import Dist
-from trainers.grpo.generator import BatchGenerator, RolloutBatch
-from trainers.grpo.logprobs import completion_logps
-from trainers.grpo.losses import LossNormalizer, expert_count, mask_truncated
-from trainers.grpo.microbatch import micro_batches
-from trainers.grpo.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
-from trainers.grpo.store import ExperienceStore
-from trainers.grpo.watch import RewardFunctionError, RunWatch, ScoringFailures
-from trainers.grpo.weight_sync import WeightSync, make_weight_sync
+from trainers.grpo.run.reporting import MetricsLogger, plot_curves, read_metrics, samples_table
+from trainers.grpo.run.watch import RunWatch
+from trainers.grpo.sync.weight_sync import WeightSync, make_weight_sync
+from verifiers.envs.loader import load_environment
 from verifiers.errors import ConfigError, ServerError
 from verifiers.types import RolloutResult
 
@@ -158,8 +161,6 @@ class GRPOTrainer:
         self.servers = []
 
     def setup(self) -> None:
-        import verifiers as vf
-
         cfg = self.cfg
         self._join_processes()
         self.out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +178,7 @@ class GRPOTrainer:
         if cfg.lora:
             from peft import get_peft_model
 
-            from trainers.grpo.lora import lora_config
+            from trainers.grpo.learn.lora import lora_config
 
             model = get_peft_model(model, lora_config(cfg, model))
         if cfg.gradient_checkpointing:  # the old name is deprecated in transformers 5
@@ -213,7 +214,7 @@ class GRPOTrainer:
         sync_cfg = cfg if self.dist.is_main else cfg.model_copy(update={"seed": cfg.seed + self.dist.rank})
         self.sync: WeightSync = make_weight_sync(sync_cfg, model, self.tokenizer, self.out, urls,
                                                  log=self.console.print)
-        env = vf.load_environment(cfg.env_id, **cfg.env_args)
+        env = load_environment(cfg.env_id, **cfg.env_args)
         self.env = env
         rows = self._training_rows(env)
         if len(rows) < cfg.prompts_per_step:
@@ -229,7 +230,7 @@ class GRPOTrainer:
         self.sampling_args = sampling
         store_kwargs = {"consumers": ("trainer",), "columns": COLUMNS, "max_staleness": cfg.max_staleness,
                         "filter_zero_std": self.preset.filter_zero_std_groups, "seed": cfg.seed}
-        if cfg.ray is not None:  # rollouts on Ray workers, the store a Ray actor (trainers/grpo/ray_rollouts.py)
+        if cfg.ray is not None:  # rollouts on Ray workers, the store a Ray actor (trainers/grpo/ray/rollouts.py)
             self.ray = self._start_ray(env, rows, sampling, store_kwargs)
             self.generator, self.store = self.ray.generator, self.ray.store
         else:
@@ -277,8 +278,8 @@ class GRPOTrainer:
     def _start_ray(self, env: Any, rows: list[dict[str, Any]], sampling: dict[str, Any],
                    store_kwargs: dict[str, Any]) -> Any:
         """``[ray]``: serve the embedded engine to Ray rollout workers; the store becomes an actor."""
-        from trainers.grpo.ray_rollouts import start_ray_rollouts
-        from trainers.grpo.weight_sync import SharedEngineSync
+        from trainers.grpo.ray.rollouts import start_ray_rollouts
+        from trainers.grpo.sync.weight_sync import SharedEngineSync
 
         if self.dist.active:
             raise ConfigError(f"[ray] with {self.dist.world_size} training processes is not supported yet: "
@@ -385,8 +386,6 @@ class GRPOTrainer:
     def _store_batch(self, batch: RolloutBatch) -> None:
         reports = getattr(batch, "reports", None)
         if reports is not None:  # Ray workers already put these groups into the store actor
-            from trainers.grpo.ray_rollouts import merge_failures
-
             self._check_scoring(merge_failures([r.failures for r in reports]))
             for rep in reports:
                 if rep.status == "filtered":
@@ -544,7 +543,8 @@ class GRPOTrainer:
             mask = mask_truncated(mask, batch.is_truncated)
         batch.loss_mask = mask
         # Several processes: every rank divides by the counts of the union batch (see `_backward`).
-        normalizer = self.dist.normalizer(
+        normalizer = global_normalizer(
+            self.dist,
             LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens))
         chunks = cfg.gradient_accumulation_steps
         rl_tokens = normalizer.num_active_tokens
@@ -650,7 +650,7 @@ class GRPOTrainer:
 
     def _sft_warmup(self) -> None:
         """`run_sft_warmup` on this run's model and optimizer, then the weights go to the server."""
-        from trainers.grpo.warmup import run_sft_warmup
+        from trainers.grpo.learn.warmup import run_sft_warmup
 
         cfg = self.cfg
         what = "content" if cfg.sft_warmup_tokens == "content" else "all assistant tokens"

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.grpo.sampler import RepeatSampler, rank_groups
+from trainers.grpo.data.sampler import RepeatSampler, rank_groups
 from verifiers.envs.environment import Environment
 from verifiers.errors import ConfigError, VFError
 from verifiers.rollout.inputs import RolloutInput

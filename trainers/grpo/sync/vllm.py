@@ -10,13 +10,13 @@ After each optimizer step (`VLLMSync.after_step`):
      every server reloads it in place (``/collective_rpc`` ``reload_weights``). Works on CPU and
      GPU; the servers must see the directory (same machine or a shared filesystem);
    - ``nccl``: vLLM's native weight transfer, a broadcast from the trainer's GPU into every
-     server's workers (`trainers.grpo.nccl_transfer`); GPU only;
+     server's workers (`trainers.grpo.sync.nccl`); GPU only;
    - ``lora``: only the LoRA adapter is written and (re)loaded as ``<name>-lora``, and requests
      ask for that adapter (servers started with ``--enable-lora``);
 3. the prefix cache is reset (its KV blocks came from the old weights) and the new policy
    version is recorded on the server (``/update_weight_version``);
 4. generation resumes (when it was paused);
-5. the sync is verified (`trainers.grpo.sync_probe`): each server's logprobs on a fixed probe
+5. the sync is verified (`trainers.grpo.sync.probe`): each server's logprobs on a fixed probe
    must equal the trainer's within the tolerance, or the run stops with `WeightSyncError`
    naming the server, the position and both values. In synchronous mode this happens before
    any request of the next batch is sent; with generation ahead, before any sample of the new
@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers.grpo import sync_probe
-from trainers.grpo.sync_base import ExternalServerSync
-from trainers.grpo.weight_export import export_weights, iter_export_weights
+from trainers.grpo.sync import probe as sync_probe
+from trainers.grpo.sync.base import ExternalServerSync
+from trainers.grpo.sync.export import export_weights, iter_export_weights
+from verifiers.clients import make_client
 from verifiers.clients.balanced import AffinityClient
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
@@ -109,9 +110,7 @@ class VLLMSync(ExternalServerSync):
 
     # -- WeightSync ---------------------------------------------------------------------------
     def make_client(self) -> Any:
-        import verifiers as vf
-
-        clients = [vf.make_client(a.base_url, api_key=a.api_key) for a in self.admins]
+        clients = [make_client(a.base_url, api_key=a.api_key) for a in self.admins]
         if len(clients) == 1:
             return clients[0]
         from verifiers.clients.openai_client import as_chat_client
@@ -230,7 +229,7 @@ class VLLMSync(ExternalServerSync):
         return {"sync/save_s": t_save}
 
     def _push_nccl(self, version: int) -> dict[str, float]:
-        from trainers.grpo.nccl_transfer import NCCLWeightSender
+        from trainers.grpo.sync.nccl import NCCLWeightSender
 
         if self._nccl is None:
             import torch

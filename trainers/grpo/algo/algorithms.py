@@ -29,9 +29,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import Tensor
 
-from trainers.grpo.advantages import ADVANTAGES, SCALES
-from trainers.grpo.kl import KL_ESTIMATORS
-from trainers.grpo.losses import (
+from trainers.grpo.algo.advantages import ADVANTAGES, SCALES
+from trainers.grpo.algo.kl import KL_ESTIMATORS
+from trainers.grpo.algo.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
     LossNormalizer,
@@ -250,7 +250,7 @@ def compute_loss(
     ``entropy`` are ``[B, T]`` over completion tokens; ``advantages`` is ``[B]`` or ``[B, T]``;
     ``is_expert`` is ``[B]`` bool. ``old_logp=None`` means on-policy (old = logp detached, so
     the ratio is 1). ``loss_mask`` must already exclude truncated completions when the preset
-    masks them (:func:`trainers.grpo.losses.mask_truncated`), and ``normalizer`` must come from
+    masks them (:func:`trainers.grpo.algo.losses.mask_truncated`), and ``normalizer`` must come from
     the whole optimizer-step batch with the same mask.
 
     Per RL token: policy loss x off-policy weight + beta x KL - entropy_coef x entropy,

@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.grpo.generator import BatchGenerator, RolloutBatch
-from trainers.grpo.ray_cluster import require_ray
-from trainers.grpo.ray_store import RayExperienceStore
-from trainers.grpo.store import PutStatus
-from trainers.grpo.watch import ScoringFailures
+from trainers.grpo.data.generator import BatchGenerator, RolloutBatch
+from trainers.grpo.data.scoring import ScoringFailures
+from trainers.grpo.data.store import PutStatus
+from trainers.grpo.ray.cluster import require_ray
+from trainers.grpo.ray.store import RayExperienceStore
+from verifiers.clients import make_client
 from verifiers.envs.environment import Environment
+from verifiers.envs.loader import load_environment
 from verifiers.errors import VFError
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.types import GenerateOutputs
@@ -71,13 +73,11 @@ class RolloutWorker:
     """Actor body (async): one environment, one client; runs whole groups into the store."""
 
     def __init__(self, spec: WorkerSpec, store: RayExperienceStore, index: int) -> None:
-        import verifiers as vf
-
         self.spec = spec
         self.store = store
         self.index = index
-        self.env: Environment = vf.load_environment(spec.env_id, **spec.env_args)
-        self.client = vf.make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
+        self.env: Environment = load_environment(spec.env_id, **spec.env_args)
+        self.client = make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
         self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
 
     async def run_group(self, inputs: list[RolloutInput], policy_version: int) -> GroupReport:
@@ -103,18 +103,6 @@ class RolloutWorker:
         import os
 
         return os.getpid()
-
-
-def merge_failures(parts: Sequence[ScoringFailures]) -> ScoringFailures:
-    out = ScoringFailures()
-    for p in parts:
-        out.rollouts += p.rollouts
-        out.failed_rollouts += p.failed_rollouts
-        for k, n in p.per_function.items():
-            out.per_function[k] = out.per_function.get(k, 0) + n
-        for k, m in p.first.items():
-            out.first.setdefault(k, m)
-    return out
 
 
 @dataclass
@@ -249,7 +237,7 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
     """Serve ``engine`` over HTTP, join or start Ray, start the store actor and the workers."""
     import os
 
-    from trainers.grpo.ray_cluster import init_ray
+    from trainers.grpo.ray.cluster import init_ray
     from verifiers.inference.runner import EmbeddedServer
 
     rc = cfg.ray

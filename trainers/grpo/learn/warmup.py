@@ -3,7 +3,7 @@
 Why: RL needs some rewarded rollouts to learn from, and a randomly initialised model has none.
 The warm-up gives it skills cheaply (no generation, a forward and backward per step). With
 ``sft_warmup_tokens = "content"`` it trains only what each expert message chose (its text and
-tool-call argument values, `trainers.grpo.content_spans`), so a tiny model learns to copy the
+tool-call argument values, `trainers.grpo.data.content_spans`), so a tiny model learns to copy the
 episode's data before the template's markup; the markup then comes from the RL phase (MIX's
 SFT half, or the rewards). Rows and steps are logged to ``warmup.jsonl`` beside ``metrics.jsonl``.
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from trainers.grpo.batch import TrainRow, collate
-from trainers.grpo.logprobs import completion_logps
+from trainers.grpo.data.batch import TrainRow, collate
+from trainers.grpo.learn.logprobs import completion_logps
 
 __all__ = ["run_sft_warmup"]
 

@@ -13,7 +13,7 @@ def save_merged(model: Any, tokenizer: Any | None, path: Path) -> None:
     a deep copy would need a second copy of the model in GPU memory, beside the optimizer state.
     """
     if hasattr(model, "merge_and_unload"):
-        from trainers.grpo.weight_export import iter_export_weights
+        from trainers.grpo.sync.export import iter_export_weights
 
         state = {name: t.to("cpu", copy=True) for name, t in iter_export_weights(model, include_tied=False)}
         model.get_base_model().save_pretrained(path, state_dict=state)
