@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import RubricError
 from verifiers.types import RolloutResult
 
@@ -51,3 +52,22 @@ def merge_failures(parts: Sequence[ScoringFailures]) -> ScoringFailures:
         for k, m in p.first.items():
             out.first.setdefault(k, m)
     return out
+
+
+def stop_if_broken(failures: ScoringFailures, *, stop_share: float | None, step: int, dist: Dist) -> None:
+    """Raise `RewardFunctionError` when a reward function failed on (by default) every rollout of a
+    generated batch: the step would train on rewards of 0. ``step``: the step being generated for.
+
+    Every rank decides together (``any_rank``), so all of them stop at the same batch.
+    """
+    worst = max(failures.per_function.items(), key=lambda kv: kv[1], default=(None, 0))
+    broken = stop_share is not None and failures.rollouts > 0 and worst[1] >= stop_share * failures.rollouts
+    if dist.any_rank(broken):
+        where = worst[0] or "a reward function (on another process)"
+        message = next((f"{kind}: {m}" for (w, kind), m in failures.first.items() if w == worst[0]), "")
+        raise RewardFunctionError(
+            f"{where} failed on {worst[1]}/{failures.rollouts} rollouts of step {step} ({message}). "
+            "Training on it would learn nothing. Fix the function (vf.testing.check_environment(env) shows "
+            "every reward function's errors on a few scripted rollouts), or set reward_error_stop_share = "
+            "null to train anyway."
+        )

@@ -26,14 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainers.grpo.data.generator import BatchGenerator, RolloutBatch
-from trainers.grpo.data.scoring import ScoringFailures
-from trainers.grpo.data.store import PutStatus
+from trainers.grpo.data.scoring import ScoringFailures, merge_failures
+from trainers.grpo.data.store import ExperienceStore, PutStatus
+from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.ray.cluster import require_ray
 from trainers.grpo.ray.store import RayExperienceStore
+from trainers.grpo.sync.weight_sync import SharedEngineSync, WeightSync
 from verifiers.clients import make_client
 from verifiers.envs.environment import Environment
 from verifiers.envs.loader import load_environment
-from verifiers.errors import VFError
+from verifiers.errors import ConfigError, VFError
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.types import GenerateOutputs
 
@@ -112,6 +114,13 @@ class RayRolloutBatch(RolloutBatch):
     reports: list[GroupReport] = field(default_factory=list)
     retried_groups: int = 0
 
+    def failures(self) -> ScoringFailures:
+        return merge_failures([r.failures for r in self.reports])
+
+    def put_into(self, store: ExperienceStore) -> list[float]:
+        """Nothing to put (the workers did); the rewards of the groups the store filtered."""
+        return [x for rep in self.reports if rep.status == "filtered" for x in rep.rewards]
+
 
 class RayBatchGenerator(BatchGenerator):
     """`BatchGenerator` whose groups run on Ray worker actors (see module doc)."""
@@ -184,6 +193,10 @@ class RayBatchGenerator(BatchGenerator):
         self.retried_groups += retried
         return RayRolloutBatch(batch_id, version, [], time.perf_counter() - t, sampler_state,
                                reports=reports, retried_groups=retried)
+
+    def metrics(self) -> dict[str, float]:
+        """Groups rerun because their worker died (cumulative)."""
+        return {"ray/retried_groups": float(self.retried_groups)}
 
     def evaluate(self, num_examples: int, sampling_args: dict[str, Any]) -> GenerateOutputs:
         async def run() -> GenerateOutputs:
@@ -272,3 +285,15 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
             ray.shutdown()
         raise
     return RayRollouts(generator, store, server, started)
+
+
+def start_for_trainer(cfg: Any, dist: Dist, sync: WeightSync, env: Environment, rows: Sequence[dict[str, Any]],
+                      sampling_args: dict[str, Any], store_kwargs: dict[str, Any]) -> RayRollouts:
+    """``[ray]``: serve the trainer's embedded engine to Ray rollout workers; the store becomes an actor."""
+    if dist.active:
+        raise ConfigError(f"[ray] with {dist.world_size} training processes is not supported yet: "
+                          "train in one process with Ray rollout workers, or drop [ray] under accelerate launch")
+    if not isinstance(sync, SharedEngineSync):
+        raise ConfigError("[ray] serves the trainer's embedded engine to the rollout workers: "
+                          "remove base_url / [vllm] from the config, or drop [ray]")
+    return start_ray_rollouts(cfg, env, rows, sync.engine, sampling_args, store_kwargs=store_kwargs)

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainers.grpo.data.generator import BatchGenerator
+from trainers.grpo.dist.ranks import Dist
+from trainers.grpo.learn.policy import Policy
+from trainers.grpo.sync.weight_sync import WeightSync
 from verifiers.errors import ConfigError
 
 PER_RANK = ("store", "rng", "engine_rng")
@@ -90,3 +95,85 @@ def rank_state(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
     if rank == 0:
         return {k: state[k] for k in PER_RANK if k in state}
     return None
+
+
+@dataclass
+class Resumed:
+    """Where a resumed run continues: its step, policy version and reward history."""
+
+    step: int
+    version: int
+    reward_history: list[float]
+
+
+class Checkpointer:
+    """Saves and restores a run: the policy, the prompt order, the store, the RNGs and the counters."""
+
+    def __init__(self, cfg: Any, out: Path, dist: Dist, console: Any, policy: Policy, generator: BatchGenerator,
+                 store: Any, sync: WeightSync) -> None:
+        self.cfg = cfg
+        self.root = out / "checkpoints"
+        self.dist = dist
+        self.console = console
+        self.policy = policy
+        self.generator = generator
+        self.store = store
+        self.sync = sync
+
+    def data_state(self, step: int, version: int, reward_history: list[float]) -> dict[str, Any]:
+        """Everything a checkpoint holds besides weights, optimizer and scheduler."""
+        return {
+            "step": step,
+            "version": version,
+            "generator": self.generator.state_dict(),
+            "store": self.store.state_dict(),
+            "rng": rng_state(),
+            "engine_rng": self.sync.rng_state(),
+            "reward_history": list(reward_history),
+        }
+
+    def save(self, step: int, state: dict[str, Any], *, together: bool = True) -> Path:
+        """``state``: `data_state` now, or the one taken at the start of an unfinished step.
+
+        Rank 0 writes it. ``together``: every rank is at this point (a regular save), so their
+        own parts (store, RNGs) are gathered into it and they wait until it exists. The stop
+        and error paths pass False: ranks may get there at different moments, so no collective
+        is safe; rank 0 saves alone, and the other ranks resume from their seeds.
+        """
+        own = {k: state[k] for k in PER_RANK}
+        ranks = self.dist.gather(own) if together else [own]
+        path = checkpoint_path(self.root, step)
+        if self.dist.is_main:
+            payload = {
+                **state,
+                "ranks": ranks,
+                "model": self.policy.unwrapped().state_dict(),
+                "optimizer": self.policy.optimizer.state_dict(),
+                "scheduler": self.policy.scheduler.state_dict(),
+                "config": self.cfg.model_dump(mode="json"),
+            }
+            path = save_checkpoint(self.root, step, payload, keep=self.cfg.keep_checkpoints)
+        if together:
+            self.dist.barrier()
+        return path
+
+    def resume(self, where: str | bool) -> Resumed | None:
+        """Load the checkpoint (``True``: the latest); None when there is none (the run starts fresh)."""
+        path = latest_checkpoint(self.root) if where is True else Path(str(where))
+        if path is None:
+            self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
+            return None
+        state = load_checkpoint(path)
+        self.policy.unwrapped().load_state_dict(state["model"])
+        self.policy.optimizer.load_state_dict(state["optimizer"])
+        self.policy.scheduler.load_state_dict(state["scheduler"])
+        self.generator.load_state_dict(state["generator"])  # the global prompt order: the same on every rank
+        own = rank_state(state, self.dist.rank)
+        if own is not None:  # None: the saving run had fewer processes; this rank keeps its seeds
+            self.store.load_state_dict(own["store"])
+            set_rng_state(own["rng"])
+            self.sync.set_rng_state(own["engine_rng"])
+        resumed = Resumed(int(state["step"]), int(state["version"]), list(state.get("reward_history", [])))
+        self.sync.on_resume(resumed.version)
+        self.console.print(f"resumed from {path} at step {resumed.step}")
+        return resumed

@@ -28,7 +28,8 @@ class ExternalServerSync:
     final model saved merged, and a resume that pushes the trainer's weights (a restarted server
     holds the initial ones, a surviving one maybe newer)."""
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
+        """Push the weights of ``version``; returns the sync's metrics for the step (``{}``: none)."""
         raise NotImplementedError
 
     def on_resume(self, version: int) -> None:

@@ -136,11 +136,12 @@ class VLLMSync(ExternalServerSync):
                 with contextlib.suppress(Exception):
                     a.resume()
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
+        """Push, check and report: the metrics are `last` (timings, probe, requests per server)."""
         while True:  # each retry follows dropping at least one server, so this ends
             try:
                 self._sync(version)
-                return
+                return self.last
             except ServerUnreachableError as exc:
                 if not self._drop_unreachable(exc):
                     raise

@@ -35,7 +35,7 @@ class WeightSync(Protocol):
 
     def make_client(self) -> Any: ...
     def updating(self) -> contextlib.AbstractContextManager[None]: ...
-    def after_step(self, version: int) -> None: ...
+    def after_step(self, version: int) -> dict[str, float]: ...
     def on_start(self, version: int) -> None: ...
     def on_resume(self, version: int) -> None: ...
     def rng_state(self) -> Any: ...
@@ -64,9 +64,10 @@ class SharedEngineSync:
         with self.engine.paused():
             yield
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
         # The weights were updated in place (under `updating`); only the version changes.
         self.engine.weight_version = version
+        return {}
 
     def on_start(self, version: int) -> None:
         return None  # the engine decodes the very model being trained
@@ -102,7 +103,7 @@ class DiskReloadSync(ExternalServerSync):
     def updating(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
         save_merged(self.model, self.tokenizer, self.dir)
         headers = {"Content-Type": "application/json"}
         key = os.environ.get("OPENAI_API_KEY")
@@ -117,6 +118,7 @@ class DiskReloadSync(ExternalServerSync):
                 resp.read()
         except (OSError, http.client.HTTPException) as exc:  # HTTPException: cut off mid-answer (IncompleteRead)
             raise ServerError(f"weight reload at {self.root}/weights/reload failed: {exc}") from exc
+        return {}
 
     def on_start(self, version: int) -> None:
         return None  # vf-serve was started on the same checkpoint (its reload validates shapes)
