@@ -45,6 +45,8 @@ from verifiers.types import RolloutResult
 
 
 class GRPOTrainer:
+    """One GRPO run: `setup` builds the collaborators, `train` runs the loop and returns a summary."""
+
     def __init__(self, cfg: TrainConfig, *, console: Any = None) -> None:
         from rich.console import Console
 
@@ -103,6 +105,7 @@ class GRPOTrainer:
         self.env = load_environment(cfg.env_id, **cfg.env_args)
         rows = training_rows(self.env, self.tokenizer, cfg, self.console.print)
         self.sampling_args = cfg.sampling_args()
+        self.reward_history = []
         self.generator, self.store = self._rollouts(rows)
         self.expert: list[TrainRow] = load_expert(cfg.expert_data, self.tokenizer, cfg.max_seq_len) \
             if self.preset.mix is not None else []
