@@ -11,9 +11,9 @@ the rest completion, all trained). Peaks are counted on the CPU by
 `trainers.testing.memory.PeakMemory` (bytes of tensor storages alive at once, made by the
 step; parameters and anything alive before it do not count, gradients do).
 
-* ``old``: `trainers.grpo.logprobs.full_logits_logps`, the path the trainer used before:
+* ``old``: `trainers.grpo.learn.logprobs.full_logits_logps`, the path the trainer used before:
   the whole ``[rows, seq, vocab]`` logits, upcast to float32, ``logsumexp`` over them.
-* ``new``: `trainers.grpo.logprobs.completion_logps` with ``chunk_tokens = --chunk``: the
+* ``new``: `trainers.grpo.learn.logprobs.completion_logps` with ``chunk_tokens = --chunk``: the
   head and log-softmax on the trained positions only, ``--chunk`` positions at a time,
   recomputed in backward.
 * ``body``: the same step without logits (``trainers.testing.memory.body_peak_bytes``: the
@@ -51,8 +51,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainers.grpo.batch import TrainBatch, TrainRow, collate  # noqa: E402
-from trainers.grpo.logprobs import completion_logps, full_logits_logps  # noqa: E402
+from trainers.grpo.data.batch import TrainBatch, TrainRow, collate  # noqa: E402
+from trainers.grpo.learn.logprobs import completion_logps, full_logits_logps  # noqa: E402
 from trainers.testing.memory import body_peak_bytes, learner_peak_bytes  # noqa: E402
 
 TARGET_CHUNKS = 1.5

@@ -143,7 +143,7 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     from rich.console import Console
 
     from trainers.grpo.config import TrainConfig
-    from trainers.grpo.reporting import read_metrics
+    from trainers.grpo.run.reporting import read_metrics
     from trainers.grpo.trainer import GRPOTrainer
 
     cpu_s: list[float] = []

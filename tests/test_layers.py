@@ -14,14 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # trainers/grpo/<folder>: the sibling folders it may import (REDESIGN.md §2, "may import").
 # A folder imports nothing else of trainers.grpo; the top-level modules (trainer, config,
 # cli, __init__) may import anything.
+# trainers.grpo.LAYERS, bottom to top: a folder imports only folders below it, except that sync/
+# (the one upstream write, trainer -> inference server) imports no sibling folder at all.
 ALLOWED = {
     "algo": set(),
     "dist": {"algo"},
     "data": {"algo", "dist"},
     "learn": {"algo", "dist", "data"},
     "sync": set(),
-    "ray": {"dist", "data"},
-    "run": {"data"},
+    "ray": {"algo", "dist", "data", "learn", "sync"},
+    "run": {"algo", "dist", "data", "learn", "sync", "ray"},
 }
 LAYER = ("verifiers.compat", "verifiers.utils")  # the 0.1.x layer on top of the core
 TRAINERS_ENTRY = "verifiers.compat.training"  # the one verifiers module that may import trainers

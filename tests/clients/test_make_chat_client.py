@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainers.grpo.vllm_sync import VLLMSync
+from trainers.grpo.sync.vllm import VLLMSync
 from verifiers.clients.balanced import AffinityClient, ChatTarget, RoundRobinClient, make_chat_client
 from verifiers.errors import ConfigError
 from verifiers.eval import endpoints

@@ -24,7 +24,7 @@ GROUP_SIZE = 3
 
 def fixed_rows(vocab: int, groups: range) -> list[Any]:
     """The rows of ``groups`` of a seeded global batch (each group's rows share a prompt)."""
-    from trainers.grpo.batch import TrainRow
+    from trainers.grpo.data.batch import TrainRow
 
     gen = torch.Generator().manual_seed(1234)
     rows = []
@@ -47,9 +47,9 @@ def learner_step(cfg_path: Path, out: Path) -> dict[str, float]:
     """Set up the trainer, train one step on this rank's share of the fixed batch, write the results."""
     from rich.console import Console
 
-    from trainers.grpo.batch import collate
     from trainers.grpo.config import TrainConfig
-    from trainers.grpo.sampler import rank_groups
+    from trainers.grpo.data.batch import collate
+    from trainers.grpo.data.sampler import rank_groups
     from trainers.grpo.trainer import GRPOTrainer
 
     cfg = TrainConfig.model_validate_json(cfg_path.read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.grpo.advantages import ADVANTAGES, get_advantage_fn, group_stats
+from trainers.grpo.algo.advantages import ADVANTAGES, get_advantage_fn, group_stats
 from verifiers.errors import ConfigError
 
 REWARDS = [0.9, 0.8, 0.7, 0.6, 0.9, 0.5]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.grpo.algorithms import ALGORITHMS, compute_loss, get_algorithm
-from trainers.grpo.losses import AGGREGATIONS, LossNormalizer, entropy_from_logits
+from trainers.grpo.algo.algorithms import ALGORITHMS, compute_loss, get_algorithm
+from trainers.grpo.algo.losses import AGGREGATIONS, LossNormalizer, entropy_from_logits
 from verifiers.errors import ConfigError
 
 F64 = torch.float64

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import verifiers as vf
-from trainers.grpo.batch import TrainRow, collate, expert_rows, row_from_result
+from trainers.grpo.data.batch import TrainRow, collate, expert_rows, row_from_result
 from verifiers.types import RolloutResult, TurnTokens
 
 pytest.importorskip("transformers")

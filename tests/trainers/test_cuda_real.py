@@ -58,7 +58,7 @@ def test_learner_peak_memory_by_the_cuda_allocator() -> None:
     vocabulary need about one float32 chunk of logits above the model's activations."""
     import importlib.util
 
-    from trainers.grpo.logprobs import completion_logps
+    from trainers.grpo.learn.logprobs import completion_logps
     from trainers.testing.memory import body_peak_bytes, learner_peak_bytes
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"

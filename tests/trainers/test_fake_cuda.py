@@ -54,7 +54,7 @@ def test_host_round_trips_are_counted() -> None:
 
 def test_a_cpu_shuffle_of_a_gpu_batch_is_caught(train_config: Callable[..., Any], tmp_path: Path) -> None:
     """The crash a read of the trainer found: the harness must catch it, or it proves nothing."""
-    from trainers.grpo.batch import TrainRow, collate
+    from trainers.grpo.data.batch import TrainRow, collate
 
     rows = [TrainRow([1, 2, 3, 4], [0, 1, 1], [0.0, -1.0, -1.0], 1.0, 0, False, 2, prompt_len=2) for _ in range(4)]
     with fake_cuda():
@@ -68,8 +68,8 @@ def test_a_cpu_shuffle_of_a_gpu_batch_is_caught(train_config: Callable[..., Any]
 @pytest.mark.parametrize("share", [True, False])
 def test_learner_host_round_trips_do_not_grow_with_the_batch(share: bool) -> None:
     """The logprob pass reads per-row facts from the device once, not once per row."""
-    from trainers.grpo.batch import TrainRow, collate
-    from trainers.grpo.logprobs import completion_logps
+    from trainers.grpo.data.batch import TrainRow, collate
+    from trainers.grpo.learn.logprobs import completion_logps
     from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from trainers.grpo.config import TrainConfig, load_config
-from trainers.grpo.generator import check_resumable
-from trainers.grpo.reporting import curve_panels
-from trainers.grpo.sampler import RepeatSampler
+from trainers.grpo.data.generator import check_resumable
+from trainers.grpo.data.sampler import RepeatSampler
+from trainers.grpo.run.reporting import curve_panels
 from verifiers.errors import ConfigError
 from verifiers.inference import devices
 

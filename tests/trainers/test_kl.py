@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.grpo.kl import KL_ESTIMATORS, get_kl_fn
+from trainers.grpo.algo.kl import KL_ESTIMATORS, get_kl_fn
 from verifiers.errors import ConfigError
 
 

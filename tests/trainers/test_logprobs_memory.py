@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import torch
 
-from trainers.grpo.batch import TrainBatch, TrainRow, collate
-from trainers.grpo.logprobs import _HEAD_IS_PLAIN, _causal_lm, completion_logps, full_logits_logps
+from trainers.grpo.data.batch import TrainBatch, TrainRow, collate
+from trainers.grpo.learn.logprobs import _HEAD_IS_PLAIN, _causal_lm, completion_logps, full_logits_logps
 from trainers.testing.memory import PeakMemory, body_peak_bytes, learner_peak_bytes
 
 pytest.importorskip("transformers")
@@ -262,7 +262,7 @@ def test_hidden_states_are_only_taken_from_the_learners_own_thread() -> None:
     (``num_batches_ahead``); its one-token decode outputs must not be read as the learner's."""
     import threading
 
-    from trainers.grpo.logprobs import _capture_hidden
+    from trainers.grpo.learn.logprobs import _capture_hidden
 
     model = tiny()
     decoder = _causal_lm(model).get_decoder()

@@ -44,7 +44,7 @@ def test_merged_save_equals_merge_and_unload_and_leaves_the_adapter(base_model_d
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from trainers.grpo.sync_base import save_merged
+    from trainers.grpo.sync.base import save_merged
 
     base = AutoModelForCausalLM.from_pretrained(base_model_dir)
     lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))

@@ -29,8 +29,8 @@ def test_merged_save_carries_the_trained_embedding_tied(train_config: Callable[.
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from trainers.grpo.lora import lora_config
-    from trainers.grpo.sync_base import save_merged
+    from trainers.grpo.learn.lora import lora_config
+    from trainers.grpo.sync.base import save_merged
 
     cfg = train_config(tmp_path, lora=True, lora_modules_to_save=["embed_tokens", "model.norm"])
     base = AutoModelForCausalLM.from_pretrained(base_model_dir)
@@ -95,7 +95,7 @@ def test_lora_module_mistakes_are_named(train_config: Callable[..., TrainConfig]
                                         tmp_path: Path, overrides: dict[str, Any], needle: str) -> None:
     from transformers import AutoModelForCausalLM
 
-    from trainers.grpo.lora import lora_config
+    from trainers.grpo.learn.lora import lora_config
 
     cfg = train_config(tmp_path, lora=True, **overrides)
     with pytest.raises(ConfigError) as err:

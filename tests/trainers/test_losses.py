@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainers.grpo.losses import (
+from trainers.grpo.algo.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
     LossNormalizer,

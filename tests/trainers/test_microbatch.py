@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from trainers.grpo.algorithms import compute_loss, get_algorithm
-from trainers.grpo.batch import TrainBatch, TrainRow, collate
-from trainers.grpo.logprobs import completion_logps
-from trainers.grpo.losses import LossNormalizer
-from trainers.grpo.microbatch import micro_batches, padded_tokens, plan_micro_batches
+from trainers.grpo.algo.algorithms import compute_loss, get_algorithm
+from trainers.grpo.algo.losses import LossNormalizer
+from trainers.grpo.data.batch import TrainBatch, TrainRow, collate
+from trainers.grpo.data.microbatch import micro_batches, padded_tokens, plan_micro_batches
+from trainers.grpo.learn.logprobs import completion_logps
 
 
 def random_rows(seed: int, groups: int = 12, group_size: int = 4) -> tuple[list[int], list[int]]:

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import torch
 
-from trainers.grpo.checkpoint import load_checkpoint
 from trainers.grpo.config import TrainConfig, load_config
-from trainers.grpo.sampler import rank_groups
+from trainers.grpo.data.sampler import rank_groups
+from trainers.grpo.run.checkpoint import load_checkpoint
 from verifiers.errors import ConfigError
 
 HERE = Path(__file__).parent
@@ -76,7 +76,7 @@ def accelerate_launch(args: list[str], env_dir: Path, log: Path, timeout_s: floa
     """Run ``accelerate launch`` with 2 processes on 127.0.0.1; on timeout kill the launched group only.
 
     ``cpu``: the ``accelerate launch --cpu --num_processes 2`` form, where accelerate starts one
-    process and vf-train relaunches itself as two (trainers/grpo/launch.py).
+    process and vf-train relaunches itself as two (trainers/grpo/dist/launch.py).
     """
     common = ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     form = ["--cpu", *common] if cpu else ["--multi_gpu", *common, "--main_process_ip", "127.0.0.1",
@@ -161,7 +161,7 @@ def test_rank_groups_split_whole_groups_and_refuse_uneven_shares() -> None:
 
 def test_ranks_generate_disjoint_groups_whose_union_is_the_one_process_batch(dense_env_dir: Path) -> None:
     import verifiers as vf
-    from trainers.grpo.generator import BatchGenerator
+    from trainers.grpo.data.generator import BatchGenerator
 
     env = vf.load_environment(DENSE_ENV_ID)
     rows = list(env.get_dataset().rows)
@@ -197,7 +197,7 @@ def test_two_processes_refuse_what_they_cannot_split(
     """Checked before anything is loaded or written (rank 1 of 2, without a process group)."""
     from rich.console import Console
 
-    from trainers.grpo.distributed import Dist
+    from trainers.grpo.dist.ranks import Dist
     from trainers.grpo.trainer import GRPOTrainer
 
     monkeypatch.setattr(Dist, "start", classmethod(lambda cls, cpu: cls(rank=1, world_size=2)))
@@ -210,7 +210,7 @@ def test_two_processes_refuse_what_they_cannot_split(
 def test_accelerate_cpu_launch_asks_for_its_process_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """``accelerate launch --cpu --num_processes N`` starts one process; vf-train reads N from the launcher's
     arguments, and says how to launch when it cannot."""
-    from trainers.grpo import launch
+    from trainers.grpo.dist import launch
 
     cmd = ["/venv/bin/python", "/venv/bin/accelerate", "launch", "--cpu", "--num_processes", "3", "-m",
            "trainers.grpo.cli", "c.toml", "--num_processes", "9"]

@@ -40,7 +40,7 @@ def teach_one_episode(model_dir: Path, env: Any) -> None:
     """Supervised steps on one expert episode until the model reproduces its turns."""
     from key_lookup import expert_episode
 
-    from trainers.grpo.batch import expert_rows
+    from trainers.grpo.data.batch import expert_rows
     from verifiers.inference.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(model_dir, with_tokenizer=True)

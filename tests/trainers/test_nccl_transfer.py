@@ -1,4 +1,4 @@
-"""The trainer side of vLLM's NCCL weight transfer (`trainers.grpo.nccl_transfer`), on a CPU.
+"""The trainer side of vLLM's NCCL weight transfer (`trainers.grpo.sync.nccl`), on a CPU.
 
 NCCL needs GPUs, but everything around it does not: the chunking and wire format are checked
 against vLLM's own producer and consumer (``packed_tensor.py``, plain torch), and the broadcasts
@@ -34,7 +34,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainers.grpo.nccl_transfer import (
+from trainers.grpo.sync.export import export_weights
+from trainers.grpo.sync.nccl import (
     NCCLWeightSender,
     ParamInfo,
     param_infos,
@@ -44,7 +45,6 @@ from trainers.grpo.nccl_transfer import (
     update_info,
     wire_order,
 )
-from trainers.grpo.weight_export import export_weights
 from verifiers.errors import ConfigError, ServerError
 from verifiers.inference.vllm_server import free_port
 
@@ -735,7 +735,7 @@ def test_nccl_round_trip_to_a_vllm_server(tmp_path: Path) -> None:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed")
     pytest.importorskip("transformers")
-    from trainers.grpo import sync_probe
+    from trainers.grpo.sync import probe as sync_probe
     from verifiers.inference.loading import load_model_and_tokenizer
     from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
     from verifiers.inference.vllm_admin import VLLMAdmin

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainers.grpo.algorithms import ALGORITHMS
+from trainers.grpo.algo.algorithms import ALGORITHMS
 from trainers.grpo.config import TrainConfig
 from trainers.grpo.trainer import GRPOTrainer
 from verifiers.inference.sampling import SamplingParams

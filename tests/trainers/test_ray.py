@@ -21,8 +21,8 @@ ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
 from trainers.grpo.config import TrainConfig  # noqa: E402
-from trainers.grpo.ray_cluster import init_ray, local_env  # noqa: E402
-from trainers.grpo.store import ExperienceStore  # noqa: E402
+from trainers.grpo.data.store import ExperienceStore  # noqa: E402
+from trainers.grpo.ray.cluster import init_ray, local_env  # noqa: E402
 from verifiers.errors import ConfigError  # noqa: E402
 
 COLUMNS = ("result", "reward")
@@ -101,7 +101,7 @@ STORE_KW: dict[str, Any] = {"consumers": ("trainer", "reference"), "columns": ("
 
 
 def test_ray_store_behaves_like_the_in_process_store(ray_cluster: set[int]) -> None:
-    from trainers.grpo.ray_store import RayExperienceStore
+    from trainers.grpo.ray.store import RayExperienceStore
 
     store = RayExperienceStore(**STORE_KW)
     try:
@@ -122,8 +122,8 @@ def test_ray_store_behaves_like_the_in_process_store(ray_cluster: set[int]) -> N
 
 
 def test_ray_store_sends_rows_packed_and_pushes_back_when_full(ray_cluster: set[int]) -> None:
-    from trainers.grpo.ray_store import RayExperienceStore
-    from trainers.grpo.wire import PackedRows
+    from trainers.grpo.ray.store import RayExperienceStore
+    from trainers.grpo.ray.wire import PackedRows
 
     store = RayExperienceStore(consumers=("trainer",), max_groups=1)
     try:
@@ -163,8 +163,8 @@ def test_workers_sample_like_one_process_and_a_killed_worker_loses_nothing(
     ray_cluster: set[int], tmp_path: Path, train_config: Callable[..., TrainConfig]
 ) -> None:
     import verifiers as vf
-    from trainers.grpo.generator import BatchGenerator
-    from trainers.grpo.ray_rollouts import start_ray_rollouts
+    from trainers.grpo.data.generator import BatchGenerator
+    from trainers.grpo.ray.rollouts import start_ray_rollouts
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.loading import load_model_and_tokenizer
     from verifiers.inference.runner import EngineChatClient

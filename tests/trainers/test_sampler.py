@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from trainers.grpo.sampler import RepeatSampler
+from trainers.grpo.data.sampler import RepeatSampler
 from verifiers.errors import ConfigError
 
 

@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from trainers.grpo.batch import expert_rows
 from trainers.grpo.config import load_config
+from trainers.grpo.data.batch import expert_rows
 from verifiers.errors import ConfigError
 from verifiers.inference.tiny import build_char_tokenizer
 

@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
-from trainers.grpo.advantages import ADVANTAGES
-from trainers.grpo.store import ExperienceStore, pack, pad_rows, unpack
+from trainers.grpo.algo.advantages import ADVANTAGES
+from trainers.grpo.data.store import ExperienceStore, pack, pad_rows, unpack
 from verifiers.errors import ConfigError
 
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from trainers.grpo import cli
-from trainers.grpo.checkpoint import load_checkpoint
 from trainers.grpo.config import TrainConfig, load_config
+from trainers.grpo.run.checkpoint import load_checkpoint
 
 COMPARED = ("reward", "loss", "grad_norm", "entropy", "reward_std", "completions/mean_length")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.grpo import sync_probe
 from trainers.grpo.config import load_config
+from trainers.grpo.sync import probe as sync_probe
 from verifiers.errors import ConfigError
 
 
@@ -59,7 +59,7 @@ def test_probe_tolerance_follows_the_served_dtype_not_only_the_master_weights(tm
     import json
 
     torch = pytest.importorskip("torch")
-    from trainers.grpo.weight_sync import probe_tolerance
+    from trainers.grpo.sync.weight_sync import probe_tolerance
 
     fp32_model = torch.nn.Linear(2, 2)
     for dtype, over, expected in [("bfloat16", {}, 0.1), ("float32", {}, 1e-3),
@@ -91,7 +91,7 @@ def test_probe_ids_and_trainer_logprobs_on_a_tiny_model(tmp_path) -> None:
 
 def test_a_base_url_nobody_answers_is_a_clear_error_before_training(tmp_path) -> None:
     pytest.importorskip("torch")
-    from trainers.grpo.weight_sync import make_weight_sync
+    from trainers.grpo.sync.weight_sync import make_weight_sync
     from verifiers.inference.vllm_server import free_port
 
     cfg = load_config(None, {"base_url": f"http://127.0.0.1:{free_port()}/v1"})

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from trainers.grpo.reporting import curve_panels
-from trainers.grpo.watch import RewardFunctionError, RunWatch
+from trainers.grpo.data.scoring import RewardFunctionError
+from trainers.grpo.run.reporting import curve_panels
+from trainers.grpo.run.watch import RunWatch
 from verifiers.errors import RubricError
 
 

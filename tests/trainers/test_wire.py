@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.grpo.batch import row_from_result
-from trainers.grpo.wire import PackedResults, PackedRows, decode_column, encode_column
+from trainers.grpo.data.batch import row_from_result
+from trainers.grpo.ray.wire import PackedResults, PackedRows, decode_column, encode_column
 from verifiers.errors import ConfigError
 from verifiers.types import RolloutError, RolloutResult, TurnTokens
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainers.grpo.algorithms import get_algorithm, rows_with_gradient
+from trainers.grpo.algo.algorithms import get_algorithm, rows_with_gradient
 
 
 def test_rows_with_gradient_keeps_nonzero_advantages_and_expert_rows() -> None:

@@ -85,7 +85,7 @@ class EchoTurns(vf.MultiTurnEnv):
 
 def test_multiturn_rollout_is_token_exact_and_masks_environment_tokens(vllm_server: VLLMServer,
                                                                       tokenizer: Any) -> None:
-    from trainers.grpo.batch import row_from_result
+    from trainers.grpo.data.batch import row_from_result
 
     env = EchoTurns(dataset=[{"question": "Say hi", "answer": ""}], max_turns=3, rubric=vf.Rubric(funcs=[]))
     client = vf.make_client(vllm_server.base_url)

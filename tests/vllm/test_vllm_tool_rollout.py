@@ -39,7 +39,7 @@ def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
     """Supervised training on the one conversation until greedy decoding reproduces it."""
     import torch
 
-    from trainers.grpo.batch import expert_rows
+    from trainers.grpo.data.batch import expert_rows
     from verifiers.inference.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(model_dir)
@@ -69,7 +69,7 @@ def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
 
 @pytest.mark.slow
 def test_tool_rollout_through_vllm_is_token_exact(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any) -> None:
-    from trainers.grpo.batch import row_from_result
+    from trainers.grpo.data.batch import row_from_result
     from verifiers.inference.tiny import save_tiny_model
     from verifiers.inference.vllm_server import VLLMServer
 

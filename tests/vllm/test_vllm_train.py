@@ -56,7 +56,7 @@ FINAL_TOL = 1e-3
 
 
 def probe_matches_final_model(server_url: str, final_model: Path, served_name: str = "policy") -> float:
-    from trainers.grpo import sync_probe
+    from trainers.grpo.sync import probe as sync_probe
     from verifiers.inference.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(final_model)

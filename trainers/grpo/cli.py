@@ -3,7 +3,7 @@
 Several processes (data parallel, embedded engine per process): ``accelerate launch
 --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``, ``accelerate launch --cpu
 --num_processes N ...`` or ``vf-train CONFIG.toml --num_processes N`` (both relaunch through
-accelerate, `trainers.grpo.launch`); ``prompts_per_step`` is the global number of prompts and
+accelerate, `trainers.grpo.dist.launch`); ``prompts_per_step`` is the global number of prompts and
 must be divisible by N. Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
 """
 
@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     from verifiers.errors import ConfigError
 
-    try:  # several processes: relaunch this command under accelerate (trainers/grpo/launch.py)
-        from trainers.grpo.launch import cpu_launch_request, pop_num_processes, relaunch
+    try:  # several processes: relaunch this command under accelerate (trainers/grpo/dist/launch.py)
+        from trainers.grpo.dist.launch import cpu_launch_request, pop_num_processes, relaunch
 
         n, cpu = pop_num_processes(args), False
         if n is None:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         from verifiers.cli.extras import exit_for_missing_extra
 
         return exit_for_missing_extra("vf-train", exc)
-    from trainers.grpo.distributed import is_main_process
+    from trainers.grpo.dist.ranks import is_main_process
 
     if is_main_process():  # under accelerate launch every rank returns the same summary
         print(json.dumps(summary.__dict__))

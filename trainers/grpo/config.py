@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainers.grpo.ray_config import RayConfig
+from trainers.grpo.ray.config import RayConfig
 from verifiers.config import load_toml, merge, parse_overrides, validate
+from verifiers.errors import ConfigError
 from verifiers.inference.tiny import ToolFormat
+
+if TYPE_CHECKING:  # the presets import torch; the config is read without it
+    from trainers.grpo.algo.algorithms import AlgorithmPreset
 
 
 class TinyModelConfig(BaseModel):
@@ -223,9 +227,50 @@ class TrainConfig(BaseModel):
     def rows_per_step(self) -> int:
         return self.prompts_per_step * self.num_generations
 
+    def sampling_args(self) -> dict[str, Any]:
+        """What every training request asks the server for: the sampling settings, logprobs and token ids."""
+        sampling: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+                                    "logprobs": True, "extra_body": {"return_token_ids": True}}
+        if self.top_k > 0:
+            sampling["extra_body"]["top_k"] = self.top_k
+        if self.min_p > 0:
+            sampling["extra_body"]["min_p"] = self.min_p
+        return sampling
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+
+
+def validate_run(cfg: TrainConfig, preset: AlgorithmPreset) -> None:
+    """Refuse an algorithm preset that cannot work with this config (checked before anything loads)."""
+    if preset.off_policy is not None and cfg.temperature != 1.0:
+        raise ConfigError(
+            "off-policy correction compares the sampler's logprobs, which are the raw (temperature 1) "
+            f"log-softmax, with the learner's at temperature={cfg.temperature}; use temperature = 1.0 "
+            "with off_policy, or disable off_policy"
+        )
+    if preset.mix is not None and not cfg.expert_data:
+        raise ConfigError("the 'mix' algorithm needs expert_data = 'path/to/expert.jsonl' (rows with 'messages')")
+
+
+def validate_processes(cfg: TrainConfig, world_size: int) -> None:
+    """Refuse what several training processes (``accelerate launch``) cannot do.
+
+    A run against an external server is refused: its weight sync (save + reload, NCCL
+    broadcast) is one writer's job and is not coordinated across ranks.
+    """
+    if cfg.vllm is not None or cfg.base_urls:
+        raise ConfigError(
+            f"{world_size} training processes with an external inference server (base_url / [vllm]) "
+            "are not supported: use the embedded engine (no base_url) under accelerate launch, or train in one "
+            "process against the server"
+        )
+    if cfg.prompts_per_step % world_size:
+        raise ConfigError(
+            f"prompts_per_step={cfg.prompts_per_step} is the global number of prompts per step and must be "
+            f"divisible by the number of processes ({world_size}): each trains whole groups"
+        )
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> TrainConfig:

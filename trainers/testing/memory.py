@@ -105,7 +105,7 @@ def body_peak_bytes(model: Any, batch: Any) -> int:
     a fixed linear function of the final hidden states, so backward goes through every layer
     (and the embeddings) as in training; the LM head's weight gradient is made too.
     """
-    from trainers.grpo.logprobs import _capture_hidden, _causal_lm
+    from trainers.grpo.learn.logprobs import _capture_hidden, _causal_lm
 
     model.zero_grad(set_to_none=True)
     decoder = _causal_lm(model).get_decoder()

@@ -17,8 +17,8 @@ its own module:
 Nothing here imports torch or transformers at import time.
 
 `DataOrder`, `DataBatch` and `pad_2d` are library pieces for users' own loops (docs/data.md);
-vf-train does not use them: its prompt order is `trainers.grpo.sampler.RepeatSampler`, its batch
-`trainers.grpo.batch.TrainBatch`. They stay apart on purpose: the two orders differ, so switching
+vf-train does not use them: its prompt order is `trainers.grpo.data.sampler.RepeatSampler`, its batch
+`trainers.grpo.data.batch.TrainBatch`. They stay apart on purpose: the two orders differ, so switching
 the trainer over would change its sample order and its checkpoints.
 """
 

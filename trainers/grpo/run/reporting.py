@@ -7,10 +7,37 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError
+
+
+@dataclass
+class TrainSummary:
+    """What `GRPOTrainer.train` returns (and ``vf-train`` prints as JSON)."""
+
+    steps: int
+    wall_s: float
+    reward_first: float
+    reward_last: float
+    output_dir: str
+    interrupted: bool = False
+
+
+def summarize(out: Path, steps: int, wall_s: float, reward_history: Sequence[float], *, interrupted: bool,
+              is_main: bool) -> TrainSummary:
+    """The run's first and last tenth of rewards, from ``metrics.jsonl`` (rank 0 writes it)."""
+    logged = read_metrics(out / "metrics.jsonl") if is_main else []
+    hist = [r["reward"] for r in logged if "reward" in r] or list(reward_history)
+    k = max(1, math.ceil(len(hist) * 0.1))
+    return TrainSummary(
+        steps=steps, wall_s=wall_s,
+        reward_first=sum(hist[:k]) / k if hist else float("nan"),
+        reward_last=sum(hist[-k:]) / k if hist else float("nan"),
+        output_dir=str(out), interrupted=interrupted,
+    )
 
 
 class MetricsLogger:

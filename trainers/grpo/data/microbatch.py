@@ -11,7 +11,7 @@ A prompt group (the ``G`` samples of one prompt) stays in one micro-batch whenev
 the shared-prompt logprob path runs its prompt once; a group that does not fit is split into
 pieces that do. A single row longer than the budget gets a micro-batch of its own (a row cannot
 be split). The gradient does not depend on the split: every micro-batch's loss is its share of
-the full-step loss (`trainers.grpo.losses.LossNormalizer`), so only memory and speed change.
+the full-step loss (`trainers.grpo.algo.losses.LossNormalizer`), so only memory and speed change.
 
 Ties (units of equal length) are broken by a seeded shuffle, so a plan is reproducible from
 ``(seed, step, iteration)`` like the permutation it replaces.
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from trainers.grpo.batch import TrainBatch
+from trainers.grpo.data.batch import TrainBatch
 
 
 def _units(groups: Sequence[int]) -> list[list[int]]:

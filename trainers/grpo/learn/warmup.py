@@ -3,7 +3,7 @@
 Why: RL needs some rewarded rollouts to learn from, and a randomly initialised model has none.
 The warm-up gives it skills cheaply (no generation, a forward and backward per step). With
 ``sft_warmup_tokens = "content"`` it trains only what each expert message chose (its text and
-tool-call argument values, `trainers.grpo.content_spans`), so a tiny model learns to copy the
+tool-call argument values, `trainers.grpo.data.content_spans`), so a tiny model learns to copy the
 episode's data before the template's markup; the markup then comes from the RL phase (MIX's
 SFT half, or the rewards). Rows and steps are logged to ``warmup.jsonl`` beside ``metrics.jsonl``.
 """
@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
-from trainers.grpo.batch import TrainRow, collate
-from trainers.grpo.logprobs import completion_logps
+from trainers.grpo.data.batch import TrainRow, collate
+from trainers.grpo.learn.logprobs import completion_logps
+from trainers.grpo.learn.policy import Policy
 
-__all__ = ["run_sft_warmup"]
+__all__ = ["policy_warmup", "run_sft_warmup", "warmup_done_line"]
 
 
 def run_sft_warmup(
@@ -92,3 +93,28 @@ def run_sft_warmup(
     k = max(1, len(losses) // 10)
     return {"warmup/steps": float(steps), "warmup/loss_first": sum(losses[:k]) / k,
             "warmup/loss_last": sum(losses[-k:]) / k, "warmup/time_s": time.perf_counter() - t0}
+
+
+def policy_warmup(policy: Policy, cfg: Any, rows: Sequence[TrainRow], *, updating: Callable[[], Any],
+                  out: Path, print_line: Callable[[str], None]) -> dict[str, float]:
+    """`run_sft_warmup` on the run's policy and optimizer (the caller then syncs the weights)."""
+    dist = policy.dist
+    what = "content" if cfg.sft_warmup_tokens == "content" else "all assistant tokens"
+    print_line(f"sft warm-up: {cfg.sft_warmup_steps} steps on {len(rows)} expert rows ({what})")
+    return run_sft_warmup(
+        model=policy.model, optimizer=policy.optimizer, params=policy.params, rows=rows,
+        steps=cfg.sft_warmup_steps, batch_size=cfg.sft_warmup_batch_size,
+        learning_rate=cfg.sft_warmup_learning_rate or cfg.learning_rate, max_grad_norm=cfg.max_grad_norm,
+        pad_id=policy.tokenizer.pad_token_id or 0, device=policy.device, seed=cfg.seed + dist.rank,
+        # each rank's loss is the mean over its own rows: DDP's average over ranks is then the mean
+        backward=lambda loss: policy.backward(loss / dist.world_size if dist.active else loss, last=True),
+        clip=policy.accelerator.clip_grad_norm_,
+        updating=updating, log_path=out / "warmup.jsonl" if dist.is_main else None,
+        print_line=print_line, chunk_tokens=cfg.logprob_chunk_tokens,
+    )
+
+
+def warmup_done_line(summary: dict[str, float]) -> str:
+    """The line printed once the warmed-up weights reached the server."""
+    return (f"sft warm-up done in {summary['warmup/time_s']:.1f}s: loss "
+            f"{summary['warmup/loss_first']:.4f} -> {summary['warmup/loss_last']:.4f}")

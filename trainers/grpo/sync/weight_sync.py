@@ -6,7 +6,7 @@
   every later response reports it.
 - `DiskReloadSync` (``base_url`` is a `vf-serve`): the server reloads a ``save_pretrained``
   directory the trainer writes (``POST /weights/reload``).
-- `trainers.grpo.vllm_sync.VLLMSync` (``base_url`` is vLLM, or ``[vllm]`` managed servers):
+- `trainers.grpo.sync.vllm.VLLMSync` (``base_url`` is vLLM, or ``[vllm]`` managed servers):
   checkpoint reload, NCCL weight transfer or LoRA adapter, verified by a logprob probe.
 
 Policy versions are the trainer's own count of optimizer steps (one per training step), so
@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainers.grpo.sync_base import ExternalServerSync, save_merged
+from trainers.grpo.sync.base import ExternalServerSync, save_merged
+from verifiers.clients import make_client
 from verifiers.errors import ConfigError, ServerError
 
 
@@ -34,7 +35,7 @@ class WeightSync(Protocol):
 
     def make_client(self) -> Any: ...
     def updating(self) -> contextlib.AbstractContextManager[None]: ...
-    def after_step(self, version: int) -> None: ...
+    def after_step(self, version: int) -> dict[str, float]: ...
     def on_start(self, version: int) -> None: ...
     def on_resume(self, version: int) -> None: ...
     def rng_state(self) -> Any: ...
@@ -63,9 +64,10 @@ class SharedEngineSync:
         with self.engine.paused():
             yield
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
         # The weights were updated in place (under `updating`); only the version changes.
         self.engine.weight_version = version
+        return {}
 
     def on_start(self, version: int) -> None:
         return None  # the engine decodes the very model being trained
@@ -96,14 +98,12 @@ class DiskReloadSync(ExternalServerSync):
         self.model_name = model_name
 
     def make_client(self) -> Any:
-        import verifiers as vf
-
-        return vf.make_client(self.base_url)
+        return make_client(self.base_url)
 
     def updating(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
         save_merged(self.model, self.tokenizer, self.dir)
         headers = {"Content-Type": "application/json"}
         key = os.environ.get("OPENAI_API_KEY")
@@ -118,6 +118,7 @@ class DiskReloadSync(ExternalServerSync):
                 resp.read()
         except (OSError, http.client.HTTPException) as exc:  # HTTPException: cut off mid-answer (IncompleteRead)
             raise ServerError(f"weight reload at {self.root}/weights/reload failed: {exc}") from exc
+        return {}
 
     def on_start(self, version: int) -> None:
         return None  # vf-serve was started on the same checkpoint (its reload validates shapes)
@@ -130,7 +131,7 @@ def probe_tolerance(cfg: Any, model: Any) -> float:
     The trainer keeps float32 master weights by default, but vLLM serves the checkpoint's dtype
     (bf16 for most published models): a 1e-3 float32 tolerance would fail every sync.
     """
-    from trainers.grpo.sync_probe import default_tolerance
+    from trainers.grpo.sync.probe import default_tolerance
     from verifiers.inference.vllm_server import checkpoint_dtype
 
     if cfg.sync_verify_tol is not None:
@@ -173,7 +174,7 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
         if cfg.weight_sync not in ("auto", "reload"):
             raise ConfigError(f"weight_sync = {cfg.weight_sync!r} needs vLLM; vf-serve reloads checkpoints")
         return DiskReloadSync(urls[0], model, tokenizer, out, model_name=cfg.server_model_name)
-    from trainers.grpo.vllm_sync import VLLMSync
+    from trainers.grpo.sync.vllm import VLLMSync
 
     transport = cfg.weight_sync
     if transport == "auto":

@@ -10,13 +10,13 @@ After each optimizer step (`VLLMSync.after_step`):
      every server reloads it in place (``/collective_rpc`` ``reload_weights``). Works on CPU and
      GPU; the servers must see the directory (same machine or a shared filesystem);
    - ``nccl``: vLLM's native weight transfer, a broadcast from the trainer's GPU into every
-     server's workers (`trainers.grpo.nccl_transfer`); GPU only;
+     server's workers (`trainers.grpo.sync.nccl`); GPU only;
    - ``lora``: only the LoRA adapter is written and (re)loaded as ``<name>-lora``, and requests
      ask for that adapter (servers started with ``--enable-lora``);
 3. the prefix cache is reset (its KV blocks came from the old weights) and the new policy
    version is recorded on the server (``/update_weight_version``);
 4. generation resumes (when it was paused);
-5. the sync is verified (`trainers.grpo.sync_probe`): each server's logprobs on a fixed probe
+5. the sync is verified (`trainers.grpo.sync.probe`): each server's logprobs on a fixed probe
    must equal the trainer's within the tolerance, or the run stops with `WeightSyncError`
    naming the server, the position and both values. In synchronous mode this happens before
    any request of the next batch is sent; with generation ahead, before any sample of the new
@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers.grpo import sync_probe
-from trainers.grpo.sync_base import ExternalServerSync
-from trainers.grpo.weight_export import export_weights, iter_export_weights
+from trainers.grpo.sync import probe as sync_probe
+from trainers.grpo.sync.base import ExternalServerSync
+from trainers.grpo.sync.export import export_weights, iter_export_weights
 from verifiers.clients.balanced import AffinityClient, ChatTarget, make_chat_client
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
 from verifiers.inference.vllm_admin import VLLMAdmin
@@ -131,11 +131,12 @@ class VLLMSync(ExternalServerSync):
                 with contextlib.suppress(Exception):
                     a.resume()
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
+        """Push, check and report: the metrics are `last` (timings, probe, requests per server)."""
         while True:  # each retry follows dropping at least one server, so this ends
             try:
                 self._sync(version)
-                return
+                return self.last
             except ServerUnreachableError as exc:
                 if not self._drop_unreachable(exc):
                     raise
@@ -224,7 +225,7 @@ class VLLMSync(ExternalServerSync):
         return {"sync/save_s": t_save}
 
     def _push_nccl(self, version: int) -> dict[str, float]:
-        from trainers.grpo.nccl_transfer import NCCLWeightSender
+        from trainers.grpo.sync.nccl import NCCLWeightSender
 
         if self._nccl is None:
             import torch

@@ -27,7 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.grpo.sampler import RepeatSampler, rank_groups
+from trainers.grpo.data.sampler import RepeatSampler, rank_groups
+from trainers.grpo.data.scoring import ScoringFailures
+from trainers.grpo.data.store import ExperienceStore
 from verifiers.envs.environment import Environment
 from verifiers.errors import ConfigError, VFError
 from verifiers.rollout.inputs import RolloutInput
@@ -46,6 +48,24 @@ class RolloutBatch:
     results: list[RolloutResult]
     seconds: float
     sampler_state: dict[str, Any] = field(default_factory=dict)
+
+    def failures(self) -> ScoringFailures:
+        """The reward-function failures in this batch's rollouts."""
+        return ScoringFailures.of(self.results)
+
+    def put_into(self, store: ExperienceStore) -> list[float]:
+        """Put each group (in rollout order) into ``store``; returns the rewards of filtered groups."""
+        by_group: dict[int, list[RolloutResult]] = {}
+        for r in self.results:
+            by_group.setdefault(r.group_id, []).append(r)
+        filtered: list[float] = []
+        for gid, rs in by_group.items():
+            rs.sort(key=lambda r: r.rollout_index)
+            status = store.put(gid, {"result": rs, "reward": [r.reward for r in rs]},
+                               policy_version=self.policy_version)
+            if status == "filtered":
+                filtered.extend(r.reward for r in rs)
+        return filtered
 
 
 def sample_seed(run_seed: int, batch_id: int, row: int) -> int:
@@ -212,6 +232,10 @@ class BatchGenerator:
             rollout_timeout_s=self.rollout_timeout_s,
         )
         return RolloutBatch(batch_id, version, results, time.perf_counter() - t, sampler_state)
+
+    def metrics(self) -> dict[str, float]:
+        """Generator metrics for the step's log row (none in process; Ray adds its retries)."""
+        return {}
 
     def in_flight(self) -> int:
         return len(self._futures)

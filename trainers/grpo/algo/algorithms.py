@@ -29,9 +29,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import Tensor
 
-from trainers.grpo.advantages import ADVANTAGES, SCALES
-from trainers.grpo.kl import KL_ESTIMATORS
-from trainers.grpo.losses import (
+from trainers.grpo.algo.advantages import ADVANTAGES, SCALES
+from trainers.grpo.algo.kl import KL_ESTIMATORS
+from trainers.grpo.algo.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
     LossNormalizer,
@@ -250,7 +250,7 @@ def compute_loss(
     ``entropy`` are ``[B, T]`` over completion tokens; ``advantages`` is ``[B]`` or ``[B, T]``;
     ``is_expert`` is ``[B]`` bool. ``old_logp=None`` means on-policy (old = logp detached, so
     the ratio is 1). ``loss_mask`` must already exclude truncated completions when the preset
-    masks them (:func:`trainers.grpo.losses.mask_truncated`), and ``normalizer`` must come from
+    masks them (:func:`trainers.grpo.algo.losses.mask_truncated`), and ``normalizer`` must come from
     the whole optimizer-step batch with the same mask.
 
     Per RL token: policy loss x off-policy weight + beta x KL - entropy_coef x entropy,
@@ -266,18 +266,7 @@ def compute_loss(
     ``off_policy/weight_mean`` and ``off_policy/masked_frac`` (off-policy correction),
     ``loss/rl`` and ``loss/sft`` (MIX).
     """
-    if logp.dim() != 2 or loss_mask.shape != logp.shape:
-        raise ConfigError(
-            f"logp and loss_mask must both be [batch, tokens]; got {tuple(logp.shape)} and {tuple(loss_mask.shape)}"
-        )
-    mask = loss_mask.to(torch.bool)
-    expert = expert_rows(is_expert, logp.shape[0], logp.device)
-    has_expert = bool(expert.any())
-    if has_expert and preset.mix is None:
-        raise ConfigError(
-            f"the batch has expert rows (is_expert) but algorithm {preset.name!r} has no mix settings; "
-            "use algorithm 'mix' or set mix={...}"
-        )
+    mask, expert = _check_batch(preset, logp, loss_mask, is_expert)
     rl_mask = mask & ~expert.unsqueeze(-1)
     # Zero every input on untrained positions first: padding may hold inf or nan (e.g. logp of a
     # pad token), and a nan there would otherwise reach the gradient through exp/mul backward.
@@ -289,62 +278,11 @@ def compute_loss(
     if advantages.dim() == 2:
         advantages = _zero_outside(advantages, mask)
 
-    policy_fn = POLICY_LOSSES[preset.policy_loss]
-    per_token, token_metrics = policy_fn(
-        logp,
-        old,
-        advantages,
-        rl_mask,
-        eps_low=preset.eps_low,
-        eps_high=preset.eps_high,
-        dual_clip=preset.dual_clip,
-    )
     metrics: dict[str, Tensor] = {}
-    for key, name in (
-        ("clip_low", "low"),
-        ("clip_high", "high"),
-        ("clip_region", "region"),
-        ("clip_dual", "dual"),
-    ):
-        if key in token_metrics:
-            metrics[f"clip_ratio/{name}_mean"] = token_mean_contribution(
-                token_metrics[key], rl_mask, normalizer
-            )
-
-    if preset.off_policy is not None:
-        if sampler_logp is None:
-            raise ConfigError(
-                f"algorithm {preset.name!r} has off_policy correction on but no sampler_logp was given; "
-                "pass the sampler's per-token logprobs or set off_policy=None"
-            )
-        cfg = preset.off_policy
-        weights = importance_weights(old, sampler_logp, rl_mask, cap=cfg.cap, mode=cfg.mode, level=cfg.level)
-        per_token = per_token * weights
-        metrics["off_policy/weight_mean"] = token_mean_contribution(weights, rl_mask, normalizer)
-        metrics["off_policy/masked_frac"] = token_mean_contribution(
-            (weights == 0).float(), rl_mask, normalizer
-        )
-
-    if ref_logp is not None:
-        kl = KL_ESTIMATORS[preset.kl_estimator](logp, ref_logp)
-        metrics["kl"] = token_mean_contribution(kl, rl_mask, normalizer)
-        if preset.beta != 0.0:
-            per_token = per_token + preset.beta * kl
-    elif preset.beta != 0.0:
-        raise ConfigError(
-            f"algorithm {preset.name!r} has beta={preset.beta} but no ref_logp was given; "
-            "load a reference model or set beta=0"
-        )
-
-    if entropy is not None:
-        metrics["entropy"] = token_mean_contribution(entropy, rl_mask, normalizer)
-        if preset.entropy_coef != 0.0:
-            per_token = per_token - preset.entropy_coef * entropy
-    elif preset.entropy_coef != 0.0:
-        raise ConfigError(
-            f"algorithm {preset.name!r} has entropy_coef={preset.entropy_coef} but no entropy was given; "
-            "compute it with entropy_from_logits or set entropy_coef=0"
-        )
+    per_token = _policy_term(preset, logp, old, advantages, rl_mask, normalizer, metrics)
+    per_token = _off_policy_term(preset, per_token, old, sampler_logp, rl_mask, normalizer, metrics)
+    per_token = _kl_term(preset, per_token, logp, ref_logp, rl_mask, normalizer, metrics)
+    per_token = _entropy_term(preset, per_token, entropy, rl_mask, normalizer, metrics)
 
     rl_loss = AGGREGATIONS[preset.aggregation](per_token, rl_mask, normalizer)
     if preset.mix is None:
@@ -357,6 +295,99 @@ def compute_loss(
         metrics["loss/sft"] = sft.detach()
     metrics["loss"] = loss.detach()
     return loss, metrics
+
+
+def _check_batch(preset: AlgorithmPreset, logp: Tensor, loss_mask: Tensor,
+                 is_expert: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The boolean loss mask and the expert-row flags; refuses a misshaped batch or stray expert rows."""
+    if logp.dim() != 2 or loss_mask.shape != logp.shape:
+        raise ConfigError(
+            f"logp and loss_mask must both be [batch, tokens]; got {tuple(logp.shape)} and {tuple(loss_mask.shape)}"
+        )
+    mask = loss_mask.to(torch.bool)
+    expert = expert_rows(is_expert, logp.shape[0], logp.device)
+    if bool(expert.any()) and preset.mix is None:
+        raise ConfigError(
+            f"the batch has expert rows (is_expert) but algorithm {preset.name!r} has no mix settings; "
+            "use algorithm 'mix' or set mix={...}"
+        )
+    return mask, expert
+
+
+def _policy_term(preset: AlgorithmPreset, logp: Tensor, old: Tensor, advantages: Tensor, rl_mask: Tensor,
+                 normalizer: LossNormalizer, metrics: dict[str, Tensor]) -> Tensor:
+    """The preset's per-token policy loss; its clip ratios go into ``metrics``."""
+    policy_fn = POLICY_LOSSES[preset.policy_loss]
+    per_token, token_metrics = policy_fn(
+        logp,
+        old,
+        advantages,
+        rl_mask,
+        eps_low=preset.eps_low,
+        eps_high=preset.eps_high,
+        dual_clip=preset.dual_clip,
+    )
+    for key, name in (
+        ("clip_low", "low"),
+        ("clip_high", "high"),
+        ("clip_region", "region"),
+        ("clip_dual", "dual"),
+    ):
+        if key in token_metrics:
+            metrics[f"clip_ratio/{name}_mean"] = token_mean_contribution(
+                token_metrics[key], rl_mask, normalizer
+            )
+    return per_token
+
+
+def _off_policy_term(preset: AlgorithmPreset, per_token: Tensor, old: Tensor, sampler_logp: Tensor | None,
+                     rl_mask: Tensor, normalizer: LossNormalizer, metrics: dict[str, Tensor]) -> Tensor:
+    """``per_token`` weighted by the off-policy correction (sampler vs old policy), when the preset has one."""
+    if preset.off_policy is None:
+        return per_token
+    if sampler_logp is None:
+        raise ConfigError(
+            f"algorithm {preset.name!r} has off_policy correction on but no sampler_logp was given; "
+            "pass the sampler's per-token logprobs or set off_policy=None"
+        )
+    cfg = preset.off_policy
+    weights = importance_weights(old, sampler_logp, rl_mask, cap=cfg.cap, mode=cfg.mode, level=cfg.level)
+    metrics["off_policy/weight_mean"] = token_mean_contribution(weights, rl_mask, normalizer)
+    metrics["off_policy/masked_frac"] = token_mean_contribution(
+        (weights == 0).float(), rl_mask, normalizer
+    )
+    return per_token * weights
+
+
+def _kl_term(preset: AlgorithmPreset, per_token: Tensor, logp: Tensor, ref_logp: Tensor | None, rl_mask: Tensor,
+             normalizer: LossNormalizer, metrics: dict[str, Tensor]) -> Tensor:
+    """``per_token`` plus beta x KL to the reference (the KL is measured whenever ``ref_logp`` is given)."""
+    if ref_logp is not None:
+        kl = KL_ESTIMATORS[preset.kl_estimator](logp, ref_logp)
+        metrics["kl"] = token_mean_contribution(kl, rl_mask, normalizer)
+        if preset.beta != 0.0:
+            per_token = per_token + preset.beta * kl
+    elif preset.beta != 0.0:
+        raise ConfigError(
+            f"algorithm {preset.name!r} has beta={preset.beta} but no ref_logp was given; "
+            "load a reference model or set beta=0"
+        )
+    return per_token
+
+
+def _entropy_term(preset: AlgorithmPreset, per_token: Tensor, entropy: Tensor | None, rl_mask: Tensor,
+                  normalizer: LossNormalizer, metrics: dict[str, Tensor]) -> Tensor:
+    """``per_token`` minus entropy_coef x entropy (the entropy is measured whenever it is given)."""
+    if entropy is not None:
+        metrics["entropy"] = token_mean_contribution(entropy, rl_mask, normalizer)
+        if preset.entropy_coef != 0.0:
+            per_token = per_token - preset.entropy_coef * entropy
+    elif preset.entropy_coef != 0.0:
+        raise ConfigError(
+            f"algorithm {preset.name!r} has entropy_coef={preset.entropy_coef} but no entropy was given; "
+            "compute it with entropy_from_logits or set entropy_coef=0"
+        )
+    return per_token
 
 
 __all__ = [

@@ -40,8 +40,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from trainers.grpo.batch import TrainBatch
-from trainers.grpo.losses import entropy_from_logits
+from trainers.grpo.algo.losses import entropy_from_logits
+from trainers.grpo.data.batch import TrainBatch
 
 log = logging.getLogger(__name__)
 

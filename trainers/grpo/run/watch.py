@@ -19,42 +19,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from rich.markup import escape
 
-from verifiers.errors import RubricError
-from verifiers.types import RolloutResult
-
-
-class RewardFunctionError(RubricError):
-    """A reward function failed on (nearly) every rollout of a step: training on it would learn nothing."""
-
-
-@dataclass
-class ScoringFailures:
-    """Reward-function failures in a set of rollouts: counts per function and one message per error kind."""
-
-    rollouts: int = 0
-    failed_rollouts: int = 0  # rollouts with at least one scoring error
-    per_function: dict[str, int] = field(default_factory=dict)
-    first: dict[tuple[str, str], str] = field(default_factory=dict)  # (where, type) -> message
-
-    @classmethod
-    def of(cls, results: Iterable[RolloutResult]) -> ScoringFailures:
-        out = cls()
-        for r in results:
-            out.rollouts += 1
-            if not r.scoring_errors:
-                continue
-            out.failed_rollouts += 1
-            for where in {e.where for e in r.scoring_errors}:
-                out.per_function[where] = out.per_function.get(where, 0) + 1
-            for e in r.scoring_errors:
-                out.first.setdefault((e.where, e.type), e.message)
-        return out
+from trainers.grpo.data.scoring import ScoringFailures
 
 
 def degenerate_cause(metrics: dict[str, float], *, masks_truncated: bool, filters_groups: bool) -> str | None:

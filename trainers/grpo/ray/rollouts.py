@@ -25,13 +25,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.grpo.generator import BatchGenerator, RolloutBatch
-from trainers.grpo.ray_cluster import require_ray
-from trainers.grpo.ray_store import RayExperienceStore
-from trainers.grpo.store import PutStatus
-from trainers.grpo.watch import ScoringFailures
+from trainers.grpo.data.generator import BatchGenerator, RolloutBatch
+from trainers.grpo.data.scoring import ScoringFailures, merge_failures
+from trainers.grpo.data.store import ExperienceStore, PutStatus
+from trainers.grpo.dist.ranks import Dist
+from trainers.grpo.ray.cluster import require_ray
+from trainers.grpo.ray.store import RayExperienceStore
+from trainers.grpo.sync.weight_sync import SharedEngineSync, WeightSync
+from verifiers.clients import make_client
 from verifiers.envs.environment import Environment
-from verifiers.errors import VFError
+from verifiers.envs.loader import load_environment
+from verifiers.errors import ConfigError, VFError
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.types import GenerateOutputs
 
@@ -71,13 +75,11 @@ class RolloutWorker:
     """Actor body (async): one environment, one client; runs whole groups into the store."""
 
     def __init__(self, spec: WorkerSpec, store: RayExperienceStore, index: int) -> None:
-        import verifiers as vf
-
         self.spec = spec
         self.store = store
         self.index = index
-        self.env: Environment = vf.load_environment(spec.env_id, **spec.env_args)
-        self.client = vf.make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
+        self.env: Environment = load_environment(spec.env_id, **spec.env_args)
+        self.client = make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
         self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
 
     async def run_group(self, inputs: list[RolloutInput], policy_version: int) -> GroupReport:
@@ -105,24 +107,19 @@ class RolloutWorker:
         return os.getpid()
 
 
-def merge_failures(parts: Sequence[ScoringFailures]) -> ScoringFailures:
-    out = ScoringFailures()
-    for p in parts:
-        out.rollouts += p.rollouts
-        out.failed_rollouts += p.failed_rollouts
-        for k, n in p.per_function.items():
-            out.per_function[k] = out.per_function.get(k, 0) + n
-        for k, m in p.first.items():
-            out.first.setdefault(k, m)
-    return out
-
-
 @dataclass
 class RayRolloutBatch(RolloutBatch):
     """A batch whose groups the workers already put into the store (``results`` stays empty)."""
 
     reports: list[GroupReport] = field(default_factory=list)
     retried_groups: int = 0
+
+    def failures(self) -> ScoringFailures:
+        return merge_failures([r.failures for r in self.reports])
+
+    def put_into(self, store: ExperienceStore) -> list[float]:
+        """Nothing to put (the workers did); the rewards of the groups the store filtered."""
+        return [x for rep in self.reports if rep.status == "filtered" for x in rep.rewards]
 
 
 class RayBatchGenerator(BatchGenerator):
@@ -197,6 +194,10 @@ class RayBatchGenerator(BatchGenerator):
         return RayRolloutBatch(batch_id, version, [], time.perf_counter() - t, sampler_state,
                                reports=reports, retried_groups=retried)
 
+    def metrics(self) -> dict[str, float]:
+        """Groups rerun because their worker died (cumulative)."""
+        return {"ray/retried_groups": float(self.retried_groups)}
+
     def evaluate(self, num_examples: int, sampling_args: dict[str, Any]) -> GenerateOutputs:
         async def run() -> GenerateOutputs:
             return await self._pick().evaluate.remote(num_examples, sampling_args)
@@ -249,7 +250,7 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
     """Serve ``engine`` over HTTP, join or start Ray, start the store actor and the workers."""
     import os
 
-    from trainers.grpo.ray_cluster import init_ray
+    from trainers.grpo.ray.cluster import init_ray
     from verifiers.inference.runner import EmbeddedServer
 
     rc = cfg.ray
@@ -284,3 +285,15 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
             ray.shutdown()
         raise
     return RayRollouts(generator, store, server, started)
+
+
+def start_for_trainer(cfg: Any, dist: Dist, sync: WeightSync, env: Environment, rows: Sequence[dict[str, Any]],
+                      sampling_args: dict[str, Any], store_kwargs: dict[str, Any]) -> RayRollouts:
+    """``[ray]``: serve the trainer's embedded engine to Ray rollout workers; the store becomes an actor."""
+    if dist.active:
+        raise ConfigError(f"[ray] with {dist.world_size} training processes is not supported yet: "
+                          "train in one process with Ray rollout workers, or drop [ray] under accelerate launch")
+    if not isinstance(sync, SharedEngineSync):
+        raise ConfigError("[ray] serves the trainer's embedded engine to the rollout workers: "
+                          "remove base_url / [vllm] from the config, or drop [ray]")
+    return start_ray_rollouts(cfg, env, rows, sync.engine, sampling_args, store_kwargs=store_kwargs)

@@ -13,7 +13,7 @@ def save_merged(model: Any, tokenizer: Any | None, path: Path) -> None:
     a deep copy would need a second copy of the model in GPU memory, beside the optimizer state.
     """
     if hasattr(model, "merge_and_unload"):
-        from trainers.grpo.weight_export import iter_export_weights
+        from trainers.grpo.sync.export import iter_export_weights
 
         state = {name: t.to("cpu", copy=True) for name, t in iter_export_weights(model, include_tied=False)}
         model.get_base_model().save_pretrained(path, state_dict=state)
@@ -28,7 +28,8 @@ class ExternalServerSync:
     final model saved merged, and a resume that pushes the trainer's weights (a restarted server
     holds the initial ones, a surviving one maybe newer)."""
 
-    def after_step(self, version: int) -> None:
+    def after_step(self, version: int) -> dict[str, float]:
+        """Push the weights of ``version``; returns the sync's metrics for the step (``{}``: none)."""
         raise NotImplementedError
 
     def on_resume(self, version: int) -> None:

@@ -161,7 +161,7 @@ def expert_rows(
     (or None): a tool-using environment's prompts list its tools in the system turn, so its
     expert episodes must be rendered with the same schemas to match what the model sees.
     ``tokens="content"`` trains only each assistant message's own content (its text and its
-    tool calls' argument values, `trainers.grpo.content_spans`), not the template's markup;
+    tool calls' argument values, `trainers.grpo.data.content_spans`), not the template's markup;
     conversations with no such content are left out.
     """
     from verifiers.data.templating import apply_chat_template
@@ -214,6 +214,6 @@ class _ContentTokens:
         self.offsets = [tuple(o) for o in enc["offset_mapping"]]
 
     def mask(self, chars: tuple[int, int], message: dict[str, Any]) -> list[int]:
-        from trainers.grpo.content_spans import content_char_spans, token_mask_from_spans
+        from trainers.grpo.data.content_spans import content_char_spans, token_mask_from_spans
 
         return token_mask_from_spans(self.offsets, content_char_spans(self.text, chars[0], chars[1], message))

@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from trainers.grpo.losses import LossNormalizer
 
 
 def launched_world_size() -> int:
@@ -101,12 +100,6 @@ class Dist:
         out: list[Any] = [None] * self.world_size
         torch.distributed.all_gather_object(out, obj)
         return out
-
-    def normalizer(self, local: LossNormalizer) -> LossNormalizer:
-        """The normaliser of the union batch: every rank then divides by the same global counts."""
-        if not self.active:
-            return local
-        return LossNormalizer.combine([LossNormalizer(**p) for p in self.gather(local.model_dump())])
 
     def sum_values(self, values: dict[str, float]) -> dict[str, float]:
         """Per-key sums over ranks (a key missing on a rank counts 0 there)."""

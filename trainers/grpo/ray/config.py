@@ -1,7 +1,7 @@
 """``[ray]`` in a training config: rollouts on Ray workers, the experience store as a Ray actor.
 
 Plain pydantic, no Ray import: a config naming ``[ray]`` validates without Ray installed,
-and the run says which extra to install when it starts (`trainers.grpo.ray_cluster`).
+and the run says which extra to install when it starts (`trainers.grpo.ray.cluster`).
 """
 
 from __future__ import annotations

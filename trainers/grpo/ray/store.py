@@ -4,7 +4,7 @@ Rollout workers on any machine of the cluster ``put`` their groups into the one 
 trainer ``get``s whole groups from it. The actor holds a real `ExperienceStore`, so every
 rule (whole groups, per-consumer consumption, the zero-variance filter, staleness, the
 capacity back-pressure) is the same code as in process. Only the transport differs:
-columns cross the wire packed (`trainers.grpo.wire`: one flat tensor plus lengths for
+columns cross the wire packed (`trainers.grpo.ray.wire`: one flat tensor plus lengths for
 variable-length rows, never padded) in both directions.
 
 The actor is *threaded* (``max_concurrency``): a ``put`` waiting for room (back-pressure) or
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from trainers.grpo.ray_cluster import require_ray
-from trainers.grpo.store import ExperienceBatch, ExperienceStore, PutStatus
-from trainers.grpo.wire import decode_columns, encode_columns
+from trainers.grpo.data.store import ExperienceBatch, ExperienceStore, PutStatus
+from trainers.grpo.ray.cluster import require_ray
+from trainers.grpo.ray.wire import decode_columns, encode_columns
 
 
 class StoreActor:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trainers.grpo.store import pack, unpack
+from trainers.grpo.data.store import pack, unpack
 from verifiers.types import RolloutResult, TurnTokens
 
 

@@ -1,0 +1,1 @@
+"""Pure tensor functions in name→function tables: advantages, KL estimators, losses, presets."""

@@ -1,0 +1,1 @@
+"""Rollouts → whole groups → `TrainBatch`: prompt order, generation, the experience store, batches."""

@@ -1,0 +1,1 @@
+"""The policy and its update: log-probabilities, the learner step, SFT warm-up, LoRA."""

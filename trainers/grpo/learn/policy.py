@@ -1,0 +1,157 @@
+"""The policy being trained: model, reference model, LoRA, AdamW, scheduler and accelerate.
+
+`build_policy` loads and wraps everything in the order the run needs (seeded before it is
+called); `Policy` holds the pieces and the few things done with them at every step: the
+reference model, the precision of the forward passes and DDP's backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.grpo.algo.algorithms import AlgorithmPreset
+from trainers.grpo.dist.ranks import Dist
+
+
+def resolve_model_path(cfg: Any, out: Path, dist: Dist, log: Callable[[str], None]) -> str:
+    """The model directory: vf-tiny built into ``out/base_model``, a directory, or a Hub id fetched
+    into the cache (rank 0 first, the other ranks then load what it wrote)."""
+    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+
+    path = cfg.model
+    if path == "tiny":
+        path = str(out / "base_model")
+        with dist.main_first():
+            if dist.is_main and not (Path(path) / "config.json").is_file():
+                save_tiny_model(path, TinyModelSpec(**cfg.tiny_model.model_dump()))
+        return path
+    from verifiers.inference.model_source import resolve_model
+
+    with dist.main_first():
+        return str(resolve_model(path, log=log))
+
+
+class Policy:
+    """The trained model and what updates it (built by `build_policy`)."""
+
+    def __init__(self, cfg: Any, dist: Dist, *, model: Any, ref_model: Any, tokenizer: Any,
+                 params: list[torch.nn.Parameter], optimizer: Any, scheduler: Any, accelerator: Any) -> None:
+        self.cfg = cfg
+        self.dist = dist
+        self.model = model  # the prepared (under DDP: wrapped) model
+        self.ref_model = ref_model  # None with LoRA (the adapters switched off) or without KL
+        self.tokenizer = tokenizer
+        self.params = params
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.accelerator = accelerator
+        self.device = accelerator.device
+
+    def unwrapped(self) -> Any:
+        """The transformers (or peft) model inside any DDP wrapper."""
+        return self.accelerator.unwrap_model(self.model)
+
+    @contextlib.contextmanager
+    def reference(self, updating: Callable[[], contextlib.AbstractContextManager[Any]]) -> Iterator[Any]:
+        """The reference model; with LoRA the policy with its adapters off, under ``updating``."""
+        if self.ref_model is not None:
+            yield self.ref_model
+        else:  # LoRA: the base model is the policy with its adapters switched off
+            # An embedded engine decoding ahead shares this model: it waits while the adapters are
+            # off, or its samples would come from the base model tagged with the policy's version.
+            with updating(), self.unwrapped().disable_adapter():
+                yield self.model
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """bf16 autocast of the forward passes when ``mixed_precision = "bf16"`` (weights stay float32)."""
+        if self.cfg.mixed_precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        """Backward of one micro-batch; under DDP gradients are all-reduced on the ``last`` one only.
+
+        Each rank's loss is its share of the global loss (global normaliser), and DDP averages
+        gradients over ranks, so the loss is scaled by the world size: the reduced gradient is
+        then the one a single process gets on the union batch.
+        """
+        if self.dist.active:
+            loss = loss * self.dist.world_size
+        with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+            self.accelerator.backward(loss)
+
+    def share_prompts(self) -> bool:
+        """Whether the learner may run each group's prompt once (not with gradient checkpointing).
+
+        The flag lives on the transformers model, not on a DDP wrapper, so it is read from the
+        unwrapped module (``completion_logps`` only sees the wrapper it is given).
+        """
+        lm = self.unwrapped()
+        flags = ("is_activation_checkpointing", "is_gradient_checkpointing")
+        return not any(bool(getattr(lm, f, False)) for f in flags)
+
+
+def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist) -> Policy:
+    """Load the model (float32 by default), add the reference copy or LoRA, AdamW and the schedule."""
+    from verifiers.inference.loading import load_model_and_tokenizer
+
+    # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
+    # round away unless they exceed half its last bit (see docs/training.md, "Precision").
+    model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
+    model.eval()  # no dropout: the sampler and the learner must see the same function
+    ref_model = None
+    if preset.uses_reference and not cfg.lora:
+        ref_model = copy.deepcopy(model).requires_grad_(False)
+    if cfg.lora:
+        from peft import get_peft_model
+
+        from trainers.grpo.learn.lora import lora_config
+
+        model = get_peft_model(model, lora_config(cfg, model))
+    if cfg.gradient_checkpointing:  # the old name is deprecated in transformers 5
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
+    )
+    from accelerate import Accelerator
+    from transformers import get_scheduler
+
+    scheduler = get_scheduler(
+        cfg.lr_scheduler, optimizer, num_warmup_steps=cfg.warmup_steps,
+        num_training_steps=cfg.max_steps * cfg.num_iterations,
+    )
+    # Device placement and (under `accelerate launch`) DDP wrapping. Gradient accumulation is
+    # ours: each micro-batch loss is already its share of the step loss, so no rescaling.
+    # mixed_precision "no" even when an accelerate config says otherwise: accelerate's autocast
+    # wrapper would also upcast every output to float32, i.e. the full [rows, tokens, vocab]
+    # logits; the policy applies its own autocast (`Policy.autocast`) where it is wanted.
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision="no",
+                              kwargs_handlers=_ddp_kwargs())
+    # The scheduler is not prepared: accelerate's wrapper would step it once per process at
+    # every optimizer step (it assumes a batch per process); here it steps once per step.
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    if ref_model is not None:
+        ref_model.to(accelerator.device)
+    return Policy(cfg, dist, model=prepared, ref_model=ref_model, tokenizer=tokenizer, params=params,
+                  optimizer=optimizer, scheduler=scheduler, accelerator=accelerator)
+
+
+def _ddp_kwargs() -> list[Any]:
+    """DDP without buffer broadcasts: each one is a collective inside every forward pass, and
+    ranks run different numbers of forwards (micro-batches follow their own rows), which would
+    deadlock; the buffers (rotary tables) are not trained and are equal on every rank anyway."""
+    import warnings
+
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    # torch >= 2.10 suggests forward_sync_buffers, which accelerate cannot pass on yet
+    warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+    return [DistributedDataParallelKwargs(broadcast_buffers=False)]

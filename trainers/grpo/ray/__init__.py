@@ -1,0 +1,1 @@
+"""Rollouts and the experience store across machines (Ray workers and a store actor)."""

@@ -1,0 +1,1 @@
+"""What surrounds the loop: checkpoints, metrics logs, the run watch, signals and the console."""

@@ -1,0 +1,179 @@
+"""Checkpoints that let a run continue exactly where it stopped.
+
+A checkpoint holds the trainable weights, optimizer, LR scheduler, the generator's sampler
+position, the experience store, every RNG (python, torch, CUDA where present, the engine's
+sampler) and the step. It is written to a temporary directory and renamed into place, so a
+crash mid-write never leaves a half checkpoint that `--resume` would pick up.
+
+Several processes: rank 0 alone writes (every rank's weights are the same under DDP); what
+differs per rank (its store, its RNGs) is kept under ``"ranks"``, one entry per rank, and is
+optional on load, so a checkpoint of N processes resumes with M (ranks beyond N start from
+their seeds). Tensors load onto the CPU (``map_location``): saved from GPU 0, they would
+otherwise all land on GPU 0 in every process; ``load_state_dict`` moves them where they belong.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.grpo.data.generator import BatchGenerator
+from trainers.grpo.dist.ranks import Dist
+from trainers.grpo.learn.policy import Policy
+from trainers.grpo.sync.weight_sync import WeightSync
+from verifiers.errors import ConfigError
+
+PER_RANK = ("store", "rng", "engine_rng")
+"""Checkpoint entries that differ between the processes of one run."""
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, torch CPU and (when CUDA is available) every CUDA device's generator state."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore `rng_state`; CUDA states only where saved and present (a CPU checkpoint resumes on a GPU)."""
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available():
+        for device, s in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s.cpu(), device)
+
+
+def checkpoint_path(root: Path, step: int) -> Path:
+    """Where step ``step``'s checkpoint lives (ranks that do not write it still report it)."""
+    return root / f"step_{step:07d}"
+
+
+def save_checkpoint(root: Path, step: int, payload: dict[str, Any], *, keep: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_path(root, step)
+    tmp = root / f".tmp_step_{step:07d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(payload, tmp / "state.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    found = sorted(p for p in root.glob("step_*") if (p / "state.pt").is_file())
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    file = path / "state.pt" if path.is_dir() else path
+    if not file.is_file():
+        raise ConfigError(f"no checkpoint at {path}; checkpoints live in <output_dir>/checkpoints/step_*")
+    return torch.load(file, map_location="cpu", weights_only=False)
+
+
+def rank_state(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    """Rank ``rank``'s own part of a checkpoint, or None when the saving run had fewer ranks.
+
+    Rank 0 falls back to the top-level entries, which is also all a single-process (or
+    older) checkpoint holds.
+    """
+    ranks = state.get("ranks")
+    if ranks and rank < len(ranks):
+        return ranks[rank]
+    if rank == 0:
+        return {k: state[k] for k in PER_RANK if k in state}
+    return None
+
+
+@dataclass
+class Resumed:
+    """Where a resumed run continues: its step, policy version and reward history."""
+
+    step: int
+    version: int
+    reward_history: list[float]
+
+
+class Checkpointer:
+    """Saves and restores a run: the policy, the prompt order, the store, the RNGs and the counters."""
+
+    def __init__(self, cfg: Any, out: Path, dist: Dist, console: Any, policy: Policy, generator: BatchGenerator,
+                 store: Any, sync: WeightSync) -> None:
+        self.cfg = cfg
+        self.root = out / "checkpoints"
+        self.dist = dist
+        self.console = console
+        self.policy = policy
+        self.generator = generator
+        self.store = store
+        self.sync = sync
+
+    def data_state(self, step: int, version: int, reward_history: list[float]) -> dict[str, Any]:
+        """Everything a checkpoint holds besides weights, optimizer and scheduler."""
+        return {
+            "step": step,
+            "version": version,
+            "generator": self.generator.state_dict(),
+            "store": self.store.state_dict(),
+            "rng": rng_state(),
+            "engine_rng": self.sync.rng_state(),
+            "reward_history": list(reward_history),
+        }
+
+    def save(self, step: int, state: dict[str, Any], *, together: bool = True) -> Path:
+        """``state``: `data_state` now, or the one taken at the start of an unfinished step.
+
+        Rank 0 writes it. ``together``: every rank is at this point (a regular save), so their
+        own parts (store, RNGs) are gathered into it and they wait until it exists. The stop
+        and error paths pass False: ranks may get there at different moments, so no collective
+        is safe; rank 0 saves alone, and the other ranks resume from their seeds.
+        """
+        own = {k: state[k] for k in PER_RANK}
+        ranks = self.dist.gather(own) if together else [own]
+        path = checkpoint_path(self.root, step)
+        if self.dist.is_main:
+            payload = {
+                **state,
+                "ranks": ranks,
+                "model": self.policy.unwrapped().state_dict(),
+                "optimizer": self.policy.optimizer.state_dict(),
+                "scheduler": self.policy.scheduler.state_dict(),
+                "config": self.cfg.model_dump(mode="json"),
+            }
+            path = save_checkpoint(self.root, step, payload, keep=self.cfg.keep_checkpoints)
+        if together:
+            self.dist.barrier()
+        return path
+
+    def resume(self, where: str | bool) -> Resumed | None:
+        """Load the checkpoint (``True``: the latest); None when there is none (the run starts fresh)."""
+        path = latest_checkpoint(self.root) if where is True else Path(str(where))
+        if path is None:
+            self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
+            return None
+        state = load_checkpoint(path)
+        self.policy.unwrapped().load_state_dict(state["model"])
+        self.policy.optimizer.load_state_dict(state["optimizer"])
+        self.policy.scheduler.load_state_dict(state["scheduler"])
+        self.generator.load_state_dict(state["generator"])  # the global prompt order: the same on every rank
+        own = rank_state(state, self.dist.rank)
+        if own is not None:  # None: the saving run had fewer processes; this rank keeps its seeds
+            self.store.load_state_dict(own["store"])
+            set_rng_state(own["rng"])
+            self.sync.set_rng_state(own["engine_rng"])
+        resumed = Resumed(int(state["step"]), int(state["version"]), list(state.get("reward_history", [])))
+        self.sync.on_resume(resumed.version)
+        self.console.print(f"resumed from {path} at step {resumed.step}")
+        return resumed
