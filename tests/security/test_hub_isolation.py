@@ -171,7 +171,7 @@ def test_a_hub_install_takes_wheels_only_unless_allowed(
         _install_from_hub("sdist-only-env", hubs[0], venv_python, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("name", ["sitecustomize", "usercustomize", "conftest", "setup", "pytest"])
+@pytest.mark.parametrize("name", ["sitecustomize", "usercustomize", "conftest", "setup"])
 def test_vf_init_refuses_names_python_or_pytest_pick_up_on_their_own(name: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=f"module '{name}', which"):
         scaffold_environment(name, tmp_path, kind="single")

@@ -39,9 +39,6 @@ _PICKED_UP = {
     "setup": "pip and setuptools run as a build script",
     "__main__": "Python runs for `python -m` and zip applications",
     "__init__": "Python treats as a package marker",
-    "pytest": "shadows pytest",
-    "pip": "shadows pip",
-    "setuptools": "shadows setuptools",
 }
 """Module names that Python, pip or pytest pick up by name, so an environment must not take them."""
 
