@@ -115,3 +115,16 @@ def serving(engine: Any, **app_kw: Any) -> Iterator[ThreadServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def pid_namespace_problem() -> str | None:
+    """Why a test cannot create its own PID namespace here (sandbox attacks run inside one), or None."""
+    import shutil
+    import subprocess
+    import sys
+
+    if sys.platform != "linux" or shutil.which("unshare") is None:
+        return "needs Linux and util-linux's unshare"
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
+    return None if probe.returncode == 0 else f"cannot create a PID namespace here: {probe.stderr.decode()[:200]}"

@@ -17,6 +17,7 @@ import sysconfig
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,12 +139,16 @@ def test_ambient_pip_indexes_cannot_replace_the_hub_package(
     assert not any("not from the hub" in w for w in result.warnings)
 
 
+def _install_from_hub(name: str, hub: str, python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    return install_environment(name, index_url=hub, python=str(python), verify=False,
+                               environments_dir=tmp_path / "none")
+
+
 def test_pth_files_and_shadowing_packages_are_reported(
     hubs: tuple[str, str], venv_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    result = install_environment("shadow-env", index_url=hubs[0], python=str(venv_python), verify=False,
-                                 environments_dir=tmp_path / "none")
+    result = _install_from_hub("shadow-env", hubs[0], venv_python, tmp_path, monkeypatch)
     assert any(".pth" in w and "shadow_env_hook.pth" in w for w in result.warnings), result.warnings
     assert any("top-level 'trainers'" in w for w in result.warnings), result.warnings
 
@@ -151,9 +156,7 @@ def test_pth_files_and_shadowing_packages_are_reported(
 def test_startup_hooks_shadowed_distributions_and_console_scripts_are_reported(
     hubs: tuple[str, str], venv_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    result = install_environment("hooky-env", index_url=hubs[0], python=str(venv_python), verify=False,
-                                 environments_dir=tmp_path / "none")
+    result = _install_from_hub("hooky-env", hubs[0], venv_python, tmp_path, monkeypatch)
     text = "\n".join(result.warnings)
     assert "top-level 'sitecustomize' module, which Python imports at every start" in text, text
     assert "top-level 'openai' package that the installed distribution 'openai' also provides" in text, text
@@ -164,10 +167,8 @@ def test_a_hub_install_takes_wheels_only_unless_allowed(
     hubs: tuple[str, str], venv_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Building an sdist runs its code, and a fresh venv's pip extracts links that escape the build dir."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     with pytest.raises(ConfigError, match=r"takes only wheels from a hub.*--allow-sdist"):
-        install_environment("sdist-only-env", index_url=hubs[0], python=str(venv_python), verify=False,
-                            environments_dir=tmp_path / "none")
+        _install_from_hub("sdist-only-env", hubs[0], venv_python, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("name", ["sitecustomize", "usercustomize", "conftest", "setup", "pytest"])

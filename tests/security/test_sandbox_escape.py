@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,16 +23,10 @@ ATTACKS = Path(__file__).with_name("sandbox_attacks.py")
 SECRET = f"vf-caller-secret-{os.getpid()}"
 
 
-def _test_namespace_available() -> str | None:
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return "needs Linux and util-linux's unshare"
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
-    return None if probe.returncode == 0 else f"cannot create a PID namespace here: {probe.stderr.decode()[:200]}"
-
 
 @pytest.fixture(scope="module")
-def attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    reason = _test_namespace_available()
+def attacks(tmp_path_factory: pytest.TempPathFactory, pid_namespace_problem: str | None) -> dict[str, Any]:
+    reason = pid_namespace_problem
     if reason:
         pytest.skip(reason)
     workdir = tmp_path_factory.mktemp("attacks")

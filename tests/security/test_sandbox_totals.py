@@ -28,17 +28,11 @@ ATTACKS = Path(__file__).with_name("sandbox_fs_attacks.py")
 CGROUP_ENV = "VF_SANDBOX_CGROUP"  # the documented knob: off, auto, or a cgroup v2 directory
 
 
-def _namespace_problem() -> str | None:
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return "needs Linux and util-linux's unshare"
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
-    return None if probe.returncode == 0 else f"cannot create a PID namespace here: {probe.stderr.decode()[:200]}"
-
 
 @pytest.fixture(scope="module")
-def available() -> dict[str, bool]:
+def available(pid_namespace_problem: str | None) -> dict[str, bool]:
     """Which protections this machine gives a plain run (a run reports it; tests needing one skip)."""
-    reason = _namespace_problem()
+    reason = pid_namespace_problem
     if reason:
         pytest.skip(reason)
     result = run_python_sync("pass")
@@ -176,10 +170,12 @@ def test_require_refuses_without_a_cgroup_and_runs_nothing(available: dict[str, 
         assert out["error"] is None and out["code_ran"] and out["run"]["isolated"], out
 
 
-def test_without_a_cgroup_an_unprivileged_run_caps_processes_in_its_user_namespace(workdir: Path) -> None:
+def test_without_a_cgroup_an_unprivileged_run_caps_processes_in_its_user_namespace(
+    workdir: Path, pid_namespace_problem: str | None
+) -> None:
     """The fallback: no writable cgroup (a user other than root), RLIMIT_NPROC in the run's own user
     namespace counts only the run's processes. As root this test runs the driver as nobody."""
-    reason = _namespace_problem()
+    reason = pid_namespace_problem
     if reason:
         pytest.skip(reason)
     as_user, python = None, sys.executable

@@ -20,15 +20,9 @@ class Scorer(Protocol):
     @property
     def has_group_funcs(self) -> bool: ...
 
-    async def score_rollout(
-        self,
-        prompt: Any,
-        completion: Any,
-        answer: Any = "",
-        state: dict[str, Any] | None = None,
-        task: str = "default",
-        info: dict[str, Any] | None = None,
-        example_id: int | None = None,
+    async def score_rollout(  # the engine passes these by keyword
+        self, prompt: Any, completion: Any, answer: Any = "", state: dict[str, Any] | None = None,
+        task: str = "default", info: dict[str, Any] | None = None, example_id: int | None = None,
     ) -> RolloutScore: ...
 
     async def score_group(self, rollouts: Sequence[dict[str, Any]], scores: list[RolloutScore]) -> None: ...
@@ -40,16 +34,9 @@ class RolloutTarget(Protocol):
     @property
     def rubric(self) -> Scorer: ...
 
-    async def rollout(
-        self,
-        client: Any,
-        model: str,
-        prompt: Messages,
-        answer: str = "",
-        task: str = "default",
-        info: Info | None = None,
-        sampling_args: SamplingArgs | None = None,
-        **kwargs: Any,
+    async def rollout(  # `Environment.rollout`'s signature
+        self, client: Any, model: str, prompt: Messages, answer: str = "", task: str = "default",
+        info: Info | None = None, sampling_args: SamplingArgs | None = None, **kwargs: Any,
     ) -> tuple[Messages, State]: ...
 
     def cleanup_state(self, state: State) -> Any:
