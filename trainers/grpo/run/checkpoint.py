@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from pydantic import BaseModel
+from rich.markup import escape
 
 from trainers.grpo.data.generator import BatchGenerator
 from trainers.grpo.dist.ranks import Dist
@@ -105,7 +106,12 @@ def save_checkpoint(root: Path, step: int, payload: dict[str, Any], *, keep: int
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    torch.save(to_plain(payload), tmp / "state.pt")
+    try:
+        torch.save(to_plain(payload), tmp / "state.pt")
+    except (OSError, RuntimeError) as exc:  # a full disk (torch raises RuntimeError): no partial checkpoint left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"the checkpoint of step {step} could not be written to {root} ({exc}); free disk space "
+                          "or set save_every / keep_checkpoints lower. Earlier checkpoints are intact.") from None
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -114,9 +120,18 @@ def save_checkpoint(root: Path, step: int, payload: dict[str, Any], *, keep: int
     return final
 
 
-def latest_checkpoint(root: Path) -> Path | None:
-    found = sorted(p for p in root.glob("step_*") if (p / "state.pt").is_file())
-    return found[-1] if found else None
+class UnreadableCheckpointError(ConfigError):
+    """A checkpoint file that exists but cannot be read (truncated, corrupted)."""
+
+
+def load_latest(root: Path, log: Any) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that reads, newest first; an unreadable one is named and skipped."""
+    for path in sorted((p for p in root.glob("step_*") if (p / "state.pt").is_file()), reverse=True):
+        try:
+            return path, load_checkpoint(path)
+        except UnreadableCheckpointError as exc:
+            log(f"[yellow]{escape(str(exc))}; trying the previous checkpoint[/yellow]")
+    return None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -131,6 +146,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise ConfigError(f"no checkpoint at {path}; checkpoints live in <output_dir>/checkpoints/step_*")
     try:
         raw = torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError) as exc:  # truncated or unreadable (a crash or a full disk)
+        raise UnreadableCheckpointError(f"checkpoint {file} cannot be read ({exc})") from None
     except pickle.UnpicklingError as exc:
         raise ConfigError(
             f"checkpoint {file} holds pickled Python objects, which could run code when loaded, so it is "
@@ -216,11 +233,12 @@ class Checkpointer:
 
     def resume(self, where: str | bool) -> Resumed | None:
         """Load the checkpoint (``True``: the latest); None when there is none (the run starts fresh)."""
-        path = latest_checkpoint(self.root) if where is True else Path(str(where))
-        if path is None:
+        found = load_latest(self.root, self.console.print) if where is True else (
+            Path(str(where)), load_checkpoint(Path(str(where))))
+        if found is None:
             self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
             return None
-        state = load_checkpoint(path)
+        path, state = found
         self.policy.unwrapped().load_state_dict(state["model"])
         self.policy.optimizer.load_state_dict(state["optimizer"])
         self.policy.scheduler.load_state_dict(state["scheduler"])
