@@ -245,12 +245,14 @@ def test_to_tool_output_notes() -> None:
 def test_cgroup_v2_directory_named_by_the_knob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """VF_SANDBOX_CGROUP=<dir>: the run's cgroup v2 is made there with the totals (a plain directory
     stands in for cgroupfs, so this checks the files written, not the kernel's enforcement)."""
-    from verifiers.tools.sandbox import CGROUP_ENV, _make_cgroup
+    from verifiers.tools.sandbox_cgroup import CGROUP_ENV, make_cgroup
+
+    DEFAULTS = SandboxLimits()
 
     (tmp_path / "cgroup.controllers").write_text("cpu io memory pids\n")
     (tmp_path / "cgroup.subtree_control").write_text("\n")
     monkeypatch.setenv(CGROUP_ENV, str(tmp_path))
-    cgroup, reason = _make_cgroup(SandboxLimits(memory_mb=100, max_processes=10))
+    cgroup, reason = make_cgroup(100, 10)
     assert cgroup is not None and cgroup.version == 2, reason
     (d,) = cgroup.dirs
     assert d.parent == tmp_path and d.name.startswith("vf-sandbox-")
@@ -259,6 +261,6 @@ def test_cgroup_v2_directory_named_by_the_knob(tmp_path: Path, monkeypatch: pyte
     assert (d / "pids.max").read_text() == "12"  # the code's 10, the waiting process and init
     assert cgroup.procs == [str(d / "cgroup.procs")]
     (tmp_path / "cgroup.controllers").write_text("cpu io\n")
-    assert _make_cgroup(SandboxLimits()) == (None, f"{tmp_path}: memory and pids controllers not available in cgroup v2")
+    assert make_cgroup(DEFAULTS.memory_mb, DEFAULTS.max_processes) == (None, f"{tmp_path}: memory and pids controllers not available in cgroup v2")
     monkeypatch.setenv(CGROUP_ENV, "off")
-    assert _make_cgroup(SandboxLimits()) == (None, f"{CGROUP_ENV}=off")
+    assert make_cgroup(DEFAULTS.memory_mb, DEFAULTS.max_processes) == (None, f"{CGROUP_ENV}=off")
