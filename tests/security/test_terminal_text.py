@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 import verifiers as vf
@@ -76,3 +77,14 @@ def test_vf_eval_and_vf_view_show_hostile_text_escaped(tmp_path: Path) -> None:
     assert "\\x1b]52;c;" in shown and "\\u202e" in shown  # shown, escaped, in the transcript
     assert "[/bold] [red]x[/red]" in shown  # markup-like text is printed literally, and did not crash
     assert "reward crashed on" in shown  # the scoring error's message is shown too
+
+
+def test_vf_train_sample_table_shows_model_text_escaped() -> None:
+    """Before the fix a completion holding `[/bold]` crashed vf-train at the end of the run (rich markup)."""
+    reporting = pytest.importorskip("trainers.grpo.run.reporting")
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(
+        reporting.samples_table([("Say [bold]a", HOSTILE, 0.5)], "samples at step 3"))
+    shown = buf.getvalue()
+    assert_escaped(shown)
+    assert "[/bold]" in shown and "Say [bold]a" in shown

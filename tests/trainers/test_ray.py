@@ -10,6 +10,8 @@ import os
 import queue
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,14 @@ def test_workers_sample_like_one_process_and_a_killed_worker_loses_nothing(
     try:
         first = gen.get(gen.submit(0))
         assert sorted(r.group_id for r in first.reports) == [0, 1, 2, 3] and first.retried_groups == 0
+        # The engine's server needs the run's key on every route but /health; the workers have it.
+        root = gen.spec.base_url.removesuffix("/v1")
+        for method, path in [("GET", "/v1/models"), ("POST", "/weights/reload"), ("POST", "/v1/chat/completions")]:
+            req = urllib.request.Request(root + path, method=method, data=b"{}" if method == "POST" else None)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=10)
+            assert refused.value.code == 401, path
+        assert len(gen.spec.api_key) >= 32
         victim = gen.workers[0]
         victim_pid = ray.get(victim.pid.remote())
         mid = gen.submit(1)

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR]] [--num_processes N]\n"
+            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR] | --overwrite] [--num_processes N]\n"
             "  several GPUs: accelerate launch --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml\n"
             "  against vLLM: --base_url http://127.0.0.1:8000/v1[,http://...] (servers from vf-vllm), or [vllm] in the config\n"
             "  every TrainConfig field can be overridden, e.g. --learning_rate 1e-4 --tiny_model.hidden_size 128\n"
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             resume = True
             del args[i]
+    if "--overwrite" in args:  # a bare flag, like --resume: write into a non-empty output_dir
+        args.remove("--overwrite")
+        args += ["--overwrite_output_dir", "true"]
     path, overrides = (None, args) if args[0].startswith("--") else (args[0], args[1:])
     from verifiers.errors import RubricError, ServerError
 

@@ -50,7 +50,8 @@ class ManagedVLLMConfig(BaseModel):
 class TrainConfig(BaseModel):
     """Every knob of `vf-train`. See docs/training.md for what each one does."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: `learning_rate = inf` (or a NaN anywhere) is refused here, not trained into NaN weights
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # what to train, on what
     model: str = Field("tiny", description="a save_pretrained directory, a Hugging Face model id (fetched into its cache), "
@@ -59,6 +60,8 @@ class TrainConfig(BaseModel):
     env_id: str = "reverse-text"
     env_args: dict[str, Any] = Field(default_factory=dict)
     output_dir: str = "outputs/train/run"
+    overwrite_output_dir: bool = Field(False, description="write into a non-empty output_dir: an earlier run's files "
+                                       "are replaced (vf-train --overwrite); never a model directory")
     seed: int = 0
 
     # algorithm (a named preset plus field overrides, e.g. {beta = 0.01})
@@ -244,11 +247,20 @@ class TrainConfig(BaseModel):
 
 def validate_run(cfg: TrainConfig, preset: AlgorithmPreset) -> None:
     """Refuse an algorithm preset that cannot work with this config (checked before anything loads)."""
+    # torch comes with the advantage table: imported here, so reading a config does not load it
+    from trainers.grpo.algo.advantages import ADVANTAGES
+
     if preset.off_policy is not None and cfg.temperature != 1.0:
         raise ConfigError(
             "off-policy correction compares the sampler's logprobs, which are the raw (temperature 1) "
             f"log-softmax, with the learner's at temperature={cfg.temperature}; use temperature = 1.0 "
             "with off_policy, or disable off_policy"
+        )
+    if cfg.num_generations < 2 and preset.advantage in ADVANTAGES:
+        raise ConfigError(
+            f"num_generations = {cfg.num_generations}: the '{preset.advantage}' advantage compares each sample with "
+            "the others of its group, so a group of one always has advantage 0 and the policy never changes; "
+            "use num_generations >= 2"
         )
     if preset.mix is not None and not cfg.expert_data:
         raise ConfigError("the 'mix' algorithm needs expert_data = 'path/to/expert.jsonl' (rows with 'messages')")

@@ -35,6 +35,7 @@ from trainers.grpo.learn.step import Learner
 from trainers.grpo.learn.warmup import policy_warmup, warmup_done_line
 from trainers.grpo.run.checkpoint import Checkpointer
 from trainers.grpo.run.display import RunDisplay
+from trainers.grpo.run.outdir import prepare_output_dir
 from trainers.grpo.run.reporting import MetricsLogger, TrainSummary, summarize
 from trainers.grpo.run.signals import StopSignals
 from trainers.grpo.sync.managed import ManagedServers
@@ -79,7 +80,7 @@ class GRPOTrainer:
     device = property(lambda self: self.policy.device,  # settable: batches and autocast follow it
                       lambda self, device: setattr(self.policy, "device", device))
 
-    def setup(self) -> None:
+    def setup(self, resume: str | bool = False) -> None:
         """Join the other processes, then build the policy, the sync, the data path and the learner."""
         cfg = self.cfg
         self.dist = Dist.start(cpu=not torch.cuda.is_available())  # under `accelerate launch`: join the others
@@ -88,9 +89,7 @@ class GRPOTrainer:
         if not self.dist.is_main:
             self.console.quiet = True  # only rank 0 prints and writes files
         self.show = RunDisplay(cfg, self.console, self.dist, self.preset)
-        self.out.mkdir(parents=True, exist_ok=True)
-        if self.dist.is_main:
-            cfg.save(self.out / "config.json")
+        prepare_output_dir(self.out, self.dist, cfg, resume=bool(resume))  # checked, marked, config.json
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         random.seed(cfg.seed)
@@ -191,7 +190,7 @@ class GRPOTrainer:
 
     def _train(self, resume: str | bool) -> TrainSummary:
         cfg = self.cfg
-        self.setup()
+        self.setup(resume)
         t0 = time.perf_counter()  # the run's wall time includes an SFT warm-up
         resumed = self.ckpt.resume(resume) if resume else None  # None: no checkpoint, the run starts fresh
         if resumed is not None:

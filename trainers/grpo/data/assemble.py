@@ -19,6 +19,34 @@ from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import ConfigError, ServerError
 from verifiers.types import RolloutResult
 
+
+def no_rows_reason(results: list[RolloutResult], step: int, max_seq_len: int) -> str:
+    """Why no rollout of a step gave a training row, naming the real cause.
+
+    "The server must return token ids" is said only when rollouts that did not fail came back
+    without them; rollouts that all failed before the model answered (an environment that raises,
+    a prompt over the context) and rows longer than ``max_seq_len`` each get their own message.
+    """
+    failed = [r for r in results if not r.tokens and r.error is not None]
+    if any(not r.tokens and r.error is None for r in results):
+        errors = sorted({r.error.type for r in failed if r.error})
+        return ("no rollout in this batch has token data to train on"
+                + (f" (errors: {', '.join(errors)})" if errors else "")
+                + "; the server must return token ids (return_token_ids) and logprobs")
+    if failed and len(failed) == len(results):
+        kinds = sorted({r.error.type for r in failed if r.error})
+        first = next(r.error for r in failed if r.error is not None)
+        return (f"every rollout of step {step + 1} ended with an error before the model answered "
+                f"({', '.join(kinds)}): the first said {first.where}: {first.message[:300]}")
+    seqs = [r.token_sequence() for r in results if r.tokens]
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in seqs]
+    if lengths and min(lengths) > max_seq_len:
+        return (f"every rollout of step {step + 1} is longer than max_seq_len = {max_seq_len} tokens (the shortest "
+                f"has {min(lengths)}): raise max_seq_len, or lower max_tokens / shorten the prompts")
+    return (f"no rollout of step {step + 1} gave a training row: multi-turn histories that are not one growing "
+            "prefix of token ids, or empty completions")
+
+
 SERVER_ERRORS = {"ServerError", "ModelTimeoutError", "RolloutTimeoutError", "EmptyResponseError"}
 """Rollout errors that mean the inference server is gone or stuck, not that the environment is wrong."""
 
@@ -62,11 +90,7 @@ class BatchAssembler:
         if errors and all(r.error is not None for r in all_results) and set(errors) <= SERVER_ERRORS:
             first = next(r.error for r in all_results if r.error is not None)
             raise ServerError(f"every rollout of step {step + 1} failed ({', '.join(errors)}): {first.message}")
-        raise ConfigError(
-            "no rollout in this batch has token data to train on"
-            + (f" (errors: {', '.join(errors)})" if errors else "")
-            + "; the server must return token ids (return_token_ids) and logprobs"
-        )
+        raise ConfigError(no_rows_reason(all_results, step, cfg.max_seq_len))
 
     def _expert_rows(self, num_rl: int, step: int) -> list[TrainRow]:
         """The ``mix`` preset's expert rows: a share of the whole batch, drawn with a per-step seed."""

@@ -52,8 +52,12 @@ def load_expert(expert_data: str | None, tokenizer: Any, max_seq_len: int,
     for i, line in enumerate(path.read_text().splitlines()):
         if not line.strip():
             continue
-        row = json.loads(line)
-        if "messages" not in row:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{i + 1} is not valid JSON ({exc.msg}, column {exc.colno}): each line of "
+                              "expert_data must be one JSON object with a 'messages' list") from None
+        if not isinstance(row, dict) or "messages" not in row:
             raise ConfigError(f"{path}:{i + 1} has no 'messages' list (chat rows are needed for SFT)")
         convs.append(row["messages"])
         tools.append(row.get("tools"))  # a tool-using episode is rendered with its tool schemas

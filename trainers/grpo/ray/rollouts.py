@@ -20,6 +20,7 @@ Design (docs/scaling.md, "Ray"):
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ class WorkerSpec:
     max_concurrent: int
     rollout_timeout_s: float | None
     put_timeout_s: float
+    api_key: str = "EMPTY"
+    """The key of the engine's HTTP server (a fresh secret per run; see `start_ray_rollouts`)."""
     request_timeout_s: float = 600.0
 
 
@@ -79,7 +82,7 @@ class RolloutWorker:
         self.store = store
         self.index = index
         self.env: Environment = load_environment(spec.env_id, **spec.env_args)
-        self.client = make_client(spec.base_url, api_key="EMPTY", timeout=spec.request_timeout_s)
+        self.client = make_client(spec.base_url, api_key=spec.api_key, timeout=spec.request_timeout_s)
         self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
 
     async def run_group(self, inputs: list[RolloutInput], policy_version: int) -> GroupReport:
@@ -257,7 +260,11 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
     # The workers import the environment by name: they must find what this process finds.
     runtime_env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
     started = init_ray(rc.address, num_cpus=rc.num_cpus, runtime_env=runtime_env)
-    server = EmbeddedServer(engine, [cfg.server_model_name], host=rc.serve_host, port=rc.serve_port).start()
+    # Always a key: with a non-loopback serve_host anyone on the network could otherwise generate, or load
+    # other weights into the policy through /weights/reload. The workers get it in their spec.
+    key = secrets.token_urlsafe(32)
+    server = EmbeddedServer(engine, [cfg.server_model_name], host=rc.serve_host, port=rc.serve_port,
+                            api_key=key).start()
     store: RayExperienceStore | None = None
     try:
         host = rc.advertise_host or rc.serve_host
@@ -269,7 +276,7 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
         spec = WorkerSpec(env_id=cfg.env_id, env_args=dict(cfg.env_args), base_url=f"http://{host}:{server.port}/v1",
                           model_name=cfg.server_model_name, sampling_args=sampling_args,
                           max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
-                          put_timeout_s=rc.put_timeout_s)
+                          put_timeout_s=rc.put_timeout_s, api_key=key)
         generator = RayBatchGenerator(
             env, rows, spec=spec, store=store, num_workers=rc.num_workers, worker_num_cpus=rc.worker_num_cpus,
             max_worker_restarts=rc.max_worker_restarts, prompts_per_step=cfg.prompts_per_step,

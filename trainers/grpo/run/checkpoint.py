@@ -3,7 +3,9 @@
 A checkpoint holds the trainable weights, optimizer, LR scheduler, the generator's sampler
 position, the experience store, every RNG (python, torch, CUDA where present, the engine's
 sampler) and the step. It is written to a temporary directory and renamed into place, so a
-crash mid-write never leaves a half checkpoint that `--resume` would pick up.
+crash mid-write never leaves a half checkpoint that `--resume` would pick up. It holds no
+pickled classes: tensors and plain Python only (rollouts as their JSON form), read back with
+``torch.load(weights_only=True)``, so loading a checkpoint cannot run code.
 
 Several processes: rank 0 alone writes (every rank's weights are the same under DDP); what
 differs per rank (its store, its RNGs) is kept under ``"ranks"``, one entry per rank, and is
@@ -14,6 +16,7 @@ otherwise all land on GPU 0 in every process; ``load_state_dict`` moves them whe
 
 from __future__ import annotations
 
+import pickle
 import random
 import shutil
 from dataclasses import dataclass
@@ -21,12 +24,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel
+from rich.markup import escape
 
 from trainers.grpo.data.generator import BatchGenerator
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.learn.policy import Policy
 from trainers.grpo.sync.weight_sync import WeightSync
 from verifiers.errors import ConfigError
+from verifiers.types import RolloutResult
+
+_MODEL_TAG = "__vf_model__"
+_MODELS: dict[str, type[BaseModel]] = {"RolloutResult": RolloutResult}
+"""The records a checkpoint may hold besides tensors and plain data, by name (an allow-list)."""
 
 PER_RANK = ("store", "rng", "engine_rng")
 """Checkpoint entries that differ between the processes of one run."""
@@ -50,6 +60,40 @@ def set_rng_state(state: dict[str, Any]) -> None:
             torch.cuda.set_rng_state(s.cpu(), device)
 
 
+def to_plain(obj: Any) -> Any:
+    """``obj`` with every pydantic model (the store's rollouts) as a tagged dict of its JSON form.
+
+    What is left is tensors and plain Python, which ``torch.load(weights_only=True)`` reads
+    without unpickling a class. Only the models in `_MODELS` may be saved: anything else would
+    not load back, so it fails now, at the save, with its name.
+    """
+    if isinstance(obj, BaseModel):
+        name = type(obj).__name__
+        if _MODELS.get(name) is not type(obj):
+            raise ConfigError(f"cannot checkpoint a {type(obj).__module__}.{type(obj).__qualname__}: "
+                              f"checkpoints hold tensors, plain data and {sorted(_MODELS)} only")
+        return {_MODEL_TAG: name, "data": obj.model_dump(mode="json")}
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_plain(v) for v in obj)
+    return obj
+
+
+def from_plain(obj: Any) -> Any:
+    """Undo `to_plain`: tagged dicts become their models again, validated by pydantic."""
+    if isinstance(obj, dict):
+        if _MODEL_TAG in obj and set(obj) == {_MODEL_TAG, "data"}:
+            model = _MODELS.get(obj[_MODEL_TAG])
+            if model is None:
+                raise ConfigError(f"checkpoint holds an unknown record type {obj[_MODEL_TAG]!r}")
+            return model.model_validate(obj["data"])
+        return {k: from_plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(from_plain(v) for v in obj)
+    return obj
+
+
 def checkpoint_path(root: Path, step: int) -> Path:
     """Where step ``step``'s checkpoint lives (ranks that do not write it still report it)."""
     return root / f"step_{step:07d}"
@@ -62,7 +106,12 @@ def save_checkpoint(root: Path, step: int, payload: dict[str, Any], *, keep: int
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    torch.save(payload, tmp / "state.pt")
+    try:
+        torch.save(to_plain(payload), tmp / "state.pt")
+    except (OSError, RuntimeError) as exc:  # a full disk (torch raises RuntimeError): no partial checkpoint left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(f"the checkpoint of step {step} could not be written to {root} ({exc}); free disk space "
+                          "or set save_every / keep_checkpoints lower. Earlier checkpoints are intact.") from None
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -71,16 +120,41 @@ def save_checkpoint(root: Path, step: int, payload: dict[str, Any], *, keep: int
     return final
 
 
-def latest_checkpoint(root: Path) -> Path | None:
-    found = sorted(p for p in root.glob("step_*") if (p / "state.pt").is_file())
-    return found[-1] if found else None
+class UnreadableCheckpointError(ConfigError):
+    """A checkpoint file that exists but cannot be read (truncated, corrupted)."""
+
+
+def load_latest(root: Path, log: Any) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that reads, newest first; an unreadable one is named and skipped."""
+    for path in sorted((p for p in root.glob("step_*") if (p / "state.pt").is_file()), reverse=True):
+        try:
+            return path, load_checkpoint(path)
+        except UnreadableCheckpointError as exc:
+            log(f"[yellow]{escape(str(exc))}; trying the previous checkpoint[/yellow]")
+    return None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Read a checkpoint without running code from it: tensors and plain Python only.
+
+    ``weights_only=True`` refuses every pickled class, so a checkpoint handed over or planted
+    in a run directory cannot execute anything on ``--resume``; rollouts come back through
+    pydantic validation from their JSON form (`to_plain`).
+    """
     file = path / "state.pt" if path.is_dir() else path
     if not file.is_file():
         raise ConfigError(f"no checkpoint at {path}; checkpoints live in <output_dir>/checkpoints/step_*")
-    return torch.load(file, map_location="cpu", weights_only=False)
+    try:
+        raw = torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError) as exc:  # truncated or unreadable (a crash or a full disk)
+        raise UnreadableCheckpointError(f"checkpoint {file} cannot be read ({exc})") from None
+    except pickle.UnpicklingError as exc:
+        raise ConfigError(
+            f"checkpoint {file} holds pickled Python objects, which could run code when loaded, so it is "
+            "refused: it was written by a verifiers release before checkpoints became tensors and plain data "
+            f"(or not by vf-train). Start the run again, or resume it with the release that wrote it. ({exc})"
+        ) from None
+    return from_plain(raw)
 
 
 def rank_state(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
@@ -159,11 +233,12 @@ class Checkpointer:
 
     def resume(self, where: str | bool) -> Resumed | None:
         """Load the checkpoint (``True``: the latest); None when there is none (the run starts fresh)."""
-        path = latest_checkpoint(self.root) if where is True else Path(str(where))
-        if path is None:
+        found = load_latest(self.root, self.console.print) if where is True else (
+            Path(str(where)), load_checkpoint(Path(str(where))))
+        if found is None:
             self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
             return None
-        state = load_checkpoint(path)
+        path, state = found
         self.policy.unwrapped().load_state_dict(state["model"])
         self.policy.optimizer.load_state_dict(state["optimizer"])
         self.policy.scheduler.load_state_dict(state["scheduler"])

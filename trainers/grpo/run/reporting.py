@@ -120,12 +120,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def samples_table(rows: Sequence[tuple[str, str, float]], title: str) -> Any:
     from rich.table import Table
 
+    from verifiers.terminal import plain_text
+
     table = Table(title=title, show_lines=True)
     table.add_column("prompt", overflow="fold", max_width=40)
     table.add_column("completion", overflow="fold", max_width=60)
     table.add_column("reward", justify="right")
-    for prompt, completion, reward in rows:
-        table.add_row(prompt, completion, f"{reward:.3f}")
+    for prompt, completion, reward in rows:  # model text: controls escaped, never parsed as markup
+        table.add_row(plain_text(prompt), plain_text(completion), f"{reward:.3f}")
     return table
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from rich.markup import escape
 
 from trainers.grpo.data.scoring import ScoringFailures
+from verifiers.terminal import escape_controls
 
 
 def degenerate_cause(metrics: dict[str, float], *, masks_truncated: bool, filters_groups: bool) -> str | None:
@@ -77,7 +78,7 @@ class RunWatch:
             self.seen_errors.add((where, kind))
             n = failures.per_function.get(where, 0)
             self.print(f"[red]step {step}: {escape(where)} raised {escape(kind)} on {n}/{failures.rollouts} "
-                       f"rollouts:[/red] {escape(message)}")
+                       f"rollouts:[/red] {escape(escape_controls(message))}")
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self._degenerate(step, metrics)
