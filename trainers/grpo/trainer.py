@@ -56,8 +56,8 @@ class GRPOTrainer:
         self.out = Path(cfg.output_dir)
         self.preset: AlgorithmPreset = get_algorithm(cfg.algorithm, **cfg.algorithm_overrides)
         validate_run(cfg, self.preset)
-        self.step = 0
-        self.version = 0
+        self.resume: str | bool = False  # what `train` was asked to resume (the output directory check reads it)
+        self.step, self.version = 0, 0
         self.dist = Dist()  # one process until `setup` joins a launched run
         self.ray: Any = None  # `RayRollouts` when the config has [ray]
         self.sync: WeightSync | None = None  # `setup` builds it and the other collaborators
@@ -80,7 +80,7 @@ class GRPOTrainer:
     device = property(lambda self: self.policy.device,  # settable: batches and autocast follow it
                       lambda self, device: setattr(self.policy, "device", device))
 
-    def setup(self, resume: str | bool = False) -> None:
+    def setup(self) -> None:
         """Join the other processes, then build the policy, the sync, the data path and the learner."""
         cfg = self.cfg
         self.dist = Dist.start(cpu=not torch.cuda.is_available())  # under `accelerate launch`: join the others
@@ -89,7 +89,7 @@ class GRPOTrainer:
         if not self.dist.is_main:
             self.console.quiet = True  # only rank 0 prints and writes files
         self.show = RunDisplay(cfg, self.console, self.dist, self.preset)
-        prepare_output_dir(self.out, self.dist, cfg, resume=bool(resume))  # checked, marked, config.json
+        prepare_output_dir(self.out, self.dist, cfg, resume=bool(self.resume))  # checked, marked, config.json
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         random.seed(cfg.seed)
@@ -190,7 +190,8 @@ class GRPOTrainer:
 
     def _train(self, resume: str | bool) -> TrainSummary:
         cfg = self.cfg
-        self.setup(resume)
+        self.resume = resume
+        self.setup()
         t0 = time.perf_counter()  # the run's wall time includes an SFT warm-up
         resumed = self.ckpt.resume(resume) if resume else None  # None: no checkpoint, the run starts fresh
         if resumed is not None:

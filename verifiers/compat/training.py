@@ -223,8 +223,7 @@ class GRPOTrainer:
             if processing_class is None:
                 raise ConfigError("GRPOTrainer needs processing_class (the tokenizer) when model is a model object")
             model_dir = str(out / "base_model")
-            model.save_pretrained(model_dir)
-            processing_class.save_pretrained(model_dir)
+            _save_base_model(out, model, processing_class, overwrite=bool(getattr(args, "overwrite_output_dir", False)))
         env_id = _register_env(env)
         self.config = to_train_config(args, model_dir=model_dir, env_id=env_id, peft_config=peft_config)
         from trainers.grpo.trainer import GRPOTrainer as _Trainer
@@ -234,6 +233,23 @@ class GRPOTrainer:
 
     def train(self, resume_from_checkpoint: str | bool | None = None) -> Any:
         return self.trainer.train(resume=resume_from_checkpoint or False)
+
+
+def _save_base_model(out: Path, model: Any, tokenizer: Any, *, overwrite: bool) -> None:
+    """Save the model object into ``out/base_model``, in a directory vf-train may write.
+
+    The directory is checked and marked as vf-train's first (as vf-train does before it writes),
+    so a model or an unrelated folder is never written into; an earlier run's directory that
+    already holds the base model is left for ``train(resume_from_checkpoint=...)`` to decide.
+    """
+    from trainers.grpo.run.outdir import MARKER, check_output_dir, claim_output_dir, has_run
+
+    if (out / MARKER).is_file() and has_run(out) and (out / "base_model" / "config.json").is_file() and not overwrite:
+        return
+    check_output_dir(out, resume=False, overwrite=overwrite)
+    claim_output_dir(out, resume=False, overwrite=overwrite)
+    model.save_pretrained(str(out / "base_model"))
+    tokenizer.save_pretrained(str(out / "base_model"))
 
 
 def _register_env(env: Any) -> str:

@@ -40,6 +40,11 @@ def is_model_dir(path: Path) -> bool:
         return False
 
 
+def has_run(out: Path) -> bool:
+    """Whether ``out`` holds what a run produced: metrics, checkpoints or a final model."""
+    return (out / "metrics.jsonl").exists() or (out / "checkpoints").is_dir() or (out / "final_model").exists()
+
+
 def check_output_dir(out: Path, *, resume: bool, overwrite: bool) -> None:
     """Refuse ``out`` (a `ConfigError` naming the cause and the way on) unless this run may write there.
 
@@ -53,7 +58,7 @@ def check_output_dir(out: Path, *, resume: bool, overwrite: bool) -> None:
         raise ConfigError(f"output_dir {out} holds a saved model (weights or a config.json with model_type): "
                           "vf-train never writes into a model directory; choose another output_dir")
     if (out / MARKER).is_file():
-        if resume or overwrite:
+        if resume or overwrite or not has_run(out):  # marked but nothing run yet: nothing to lose
             return
         raise ConfigError(f"output_dir {out} holds an earlier vf-train run: pass --resume to continue it from its "
                           "last checkpoint, --overwrite to replace it, or choose another output_dir")
