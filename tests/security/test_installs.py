@@ -20,7 +20,7 @@ import verifiers as vf
 from verifiers.testing import ScriptedReply, ScriptedServer, ServerScript
 from verifiers.utils.client_utils import setup_client
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_imported_module_is_declared() -> None:
