@@ -163,7 +163,7 @@ def test_idle_and_slow_connections_cannot_hold_vf_serve(tiny_dir: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "verifiers.cli.serve", str(tiny_dir), "--port", "0", "--quiet",
          "--limit-concurrency", "64", "--max-connections-per-client", "32", "--connection-reserve", "8",
-         "--header-timeout", "2"],
+         "--header-timeout", "2", "--body-timeout", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     idle: list[socket.socket] = []
@@ -177,13 +177,17 @@ def test_idle_and_slow_connections_cannot_hold_vf_serve(tiny_dir: Path) -> None:
         slow = socket.create_connection(("127.0.0.1", port), timeout=5)
         slow.sendall(b"GET /health HTTP/1.1\r\nHo")  # a head that never completes
         idle.append(slow)
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=5)
+        trickle.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 1000\r\n\r\n{\"model\"")  # a body that never completes
+        idle.append(trickle)
         t0 = time.monotonic()
         assert request(base, "GET", "/health", timeout=10)[0] == 200
         status, body = post_json(base, "/v1/chat/completions", timeout=60, body={
             "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert status == 200, body
         assert time.monotonic() - t0 < 30
-        time.sleep(3)  # past the header timeout: every idle or half-sent connection is gone
+        time.sleep(3)  # past the header and body timeouts: every idle or half-sent connection is gone
         still_open = [s for s in idle if not _closed_by_server(s)]
         assert not still_open, f"{len(still_open)} idle connections still open after the header timeout"
         assert request(base, "GET", "/health", timeout=10)[0] == 200

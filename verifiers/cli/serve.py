@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--header-timeout", type=int, default=10,
                     help="seconds a connection may take to send a request's headers before it is closed "
                     "(idle and slow clients; default 10)")
+    ap.add_argument("--body-timeout", type=int, default=60,
+                    help="seconds a request's body may take to arrive after its headers (slow senders; default 60)")
     ap.add_argument("--max-connections-per-client", type=int, default=256,
                     help="connections one client address may hold; a new one beyond that closes the client's "
                     "oldest idle connection (default 256)")
@@ -147,7 +149,8 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
                 say(f"serving {names[0]} on http://{_url_host(host)}:{port}/v1")
 
     guard = ConnectionGuard(header_timeout_s=args.header_timeout, per_client=args.max_connections_per_client,
-                            limit=args.limit_concurrency, reserve=args.connection_reserve)
+                            limit=args.limit_concurrency, reserve=args.connection_reserve,
+                            body_timeout_s=args.body_timeout)
     config = uvicorn.Config(logged, log_level="warning", access_log=False, limit_concurrency=args.limit_concurrency,
                             timeout_keep_alive=args.timeout_keep_alive, http=guarded_h11_protocol(guard),
                             h11_max_incomplete_event_size=args.max_header_bytes)
@@ -194,7 +197,7 @@ def _check_limits(args: argparse.Namespace) -> str | None:
     if args.reload_dir is not None and not Path(args.reload_dir).is_dir():
         return f"--reload-dir {args.reload_dir} is not a directory"
     for name in ("max_request_bytes", "limit_concurrency", "timeout_keep_alive", "max_header_bytes",
-                 "header_timeout", "max_connections_per_client"):
+                 "header_timeout", "body_timeout", "max_connections_per_client"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {value}"

@@ -7,14 +7,16 @@ nothing keep every other client, ``/health`` included, at 503 for as long as the
 
 * a **header timeout**: a connection must complete a request's headers within
   ``header_timeout_s`` of opening (or of its previous response); otherwise it is closed;
+* a **body timeout**: a request's body must arrive within ``body_timeout_s`` of its headers
+  (a client trickling its body is closed, and the handler sees a disconnect);
 * a **per-client cap**: one client address may hold at most ``per_client`` connections; a new
   one beyond that closes that client's oldest idle connection (or, when all are busy, itself);
 * a **reserve**: when a new connection brings the server within ``reserve`` of
   ``limit_concurrency``, the oldest connection that is not in the middle of a request is closed,
   so a request that arrives still finds room.
 
-Connections with a request in flight are never closed by these rules (a long generation is not
-"slow"); uvicorn's own keep-alive timeout still applies between requests.
+Once a request's body has arrived, its connection is never closed by these rules (a long
+generation is not "slow"); uvicorn's own keep-alive timeout still applies between requests.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ __all__ = ["ConnectionGuard", "guarded_h11_protocol"]
 class ConnectionGuard:
     """The shared state of one server's connections: per-client counts and open connections in order."""
 
-    def __init__(self, *, header_timeout_s: float, per_client: int, limit: int, reserve: int) -> None:
+    def __init__(self, *, header_timeout_s: float, per_client: int, limit: int, reserve: int,
+                 body_timeout_s: float = 60.0) -> None:
         self.header_timeout_s = header_timeout_s
+        self.body_timeout_s = body_timeout_s
         self.per_client = per_client
         self.limit = limit
         self.reserve = reserve
         self.by_client: Counter[str] = Counter()
         self.open: dict[Any, None] = {}  # insertion-ordered: the oldest first
-        self.dropped = Counter[str]()  # why connections were closed: "header_timeout", "per_client", "reserve"
+        self.dropped = Counter[str]()  # why: "header_timeout", "body_timeout", "per_client", "reserve"
 
 
 def _evict_oldest_idle(guard: ConnectionGuard, keep: Any, why: str, host: str | None = None) -> bool:
@@ -57,6 +61,8 @@ def guarded_h11_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
 
     class GuardedH11Protocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
+        _body_deadline: asyncio.TimerHandle | None = None
+        _body_cycle: Any = None
         host = ""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -76,6 +82,7 @@ def guarded_h11_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._end_body_deadline()
             if guard.open.pop(self, False) is None:
                 guard.by_client[self.host] -= 1
                 if guard.by_client[self.host] <= 0:
@@ -86,6 +93,26 @@ def guarded_h11_protocol(guard: ConnectionGuard) -> type[H11Protocol]:
             super().handle_events()
             if self.in_request():
                 self._disarm()
+                self._watch_body()
+
+        def _watch_body(self) -> None:
+            """A request body must arrive within ``body_timeout_s`` of its headers (slow senders)."""
+            if not self.cycle.more_body:
+                self._end_body_deadline()
+            elif self._body_cycle is not self.cycle:
+                self._end_body_deadline()
+                self._body_cycle = self.cycle
+                self._body_deadline = self.loop.call_later(guard.body_timeout_s, self._body_late, self.cycle)
+
+        def _body_late(self, cycle: Any) -> None:
+            if cycle is self.cycle and cycle.more_body and not self.transport.is_closing():
+                guard.dropped["body_timeout"] += 1
+                self.transport.close()  # the app's receive() gets http.disconnect
+
+        def _end_body_deadline(self) -> None:
+            if self._body_deadline is not None:
+                self._body_deadline.cancel()
+                self._body_deadline = None
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
