@@ -1,0 +1,247 @@
+"""The interception gateway: an OpenAI-compatible endpoint per rollout, on 127.0.0.1.
+
+An agent program is pointed at ``OPENAI_BASE_URL=http://127.0.0.1:<port>/s/<id>/v1`` with
+``OPENAI_API_KEY=<secret>``; every model call it makes is answered by the environment's own
+client and recorded with its token ids. One gateway serves every session of the process,
+from a daemon thread with its own event loop, so a busy rollout loop never delays a
+program's HTTP answer and a forgotten gateway dies with the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import shutil
+import tempfile
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from verifiers.gateway.records import SessionLimits
+from verifiers.gateway.session import Session, TokenPrompt
+from verifiers.gateway.wire import error_body, models_json, sse_events
+from verifiers.types import SamplingArgs
+
+HOST = "127.0.0.1"
+_OTHER_DIALECTS = {
+    "responses": "the OpenAI Responses API",
+    "messages": "the Anthropic Messages API",
+    "completions": "legacy text completions",
+}
+
+
+def _json(status: int, payload: dict[str, Any]) -> web.Response:
+    return web.json_response(payload, status=status, dumps=lambda o: json.dumps(o, ensure_ascii=False))
+
+
+class InterceptionGateway:
+    """Serves sessions; `open_session` is called from the rollout's event loop."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._closed: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._port: int | None = None
+        self._lock = threading.Lock()
+        self._unix_dir = ""
+
+    # -- lifecycle
+    def start(self) -> InterceptionGateway:
+        with self._lock:
+            if self._thread is not None:
+                return self
+            ready = threading.Event()
+            failure: list[BaseException] = []
+            self._thread = threading.Thread(target=self._serve, args=(ready, failure), name="vf-gateway", daemon=True)
+            self._thread.start()
+            ready.wait()
+            if failure:
+                self._thread.join()
+                self._thread = None
+                raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread = self._loop = None
+        self._port = None
+
+    def _serve(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, HOST, 0)
+            loop.run_until_complete(site.start())
+            self._port = runner.addresses[0][1]
+            # The same app on a filesystem socket: a program in its own network namespace reaches
+            # the gateway through it (a relay inside the namespace), and through nothing else.
+            self._unix_dir = tempfile.mkdtemp(prefix="vf-gateway-")
+            loop.run_until_complete(web.UnixSite(runner, os.path.join(self._unix_dir, "gateway.sock")).start())
+        except BaseException as exc:
+            failure.append(exc)
+            loop.close()
+            ready.set()
+            return
+        self._loop = loop
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            shutil.rmtree(self._unix_dir, ignore_errors=True)
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("the gateway is not running; call start() first")
+        return f"http://{HOST}:{self._port}"
+
+    @property
+    def unix_path(self) -> str:
+        """The gateway's filesystem socket (same routes as the TCP port)."""
+        if self._port is None:
+            raise RuntimeError("the gateway is not running; call start() first")
+        return os.path.join(self._unix_dir, "gateway.sock")
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("the gateway is not running; call start() first")
+        return self._port
+
+    # -- sessions
+    def open_session(
+        self,
+        client: Any,
+        model: str,
+        sampling_args: SamplingArgs | None = None,
+        limits: SessionLimits | None = None,
+        *,
+        token_prompt: TokenPrompt | None = None,
+    ) -> Session:
+        """A new session whose upstream calls run on the calling thread's running event loop."""
+        from verifiers.clients.openai_client import as_chat_client
+
+        self.start()
+        session = Session(
+            self.url,
+            as_chat_client(client),
+            model,
+            sampling_args,
+            limits or SessionLimits(),
+            asyncio.get_running_loop(),
+            token_prompt,
+        )
+        self._sessions[session.id] = session
+        return session
+
+    def close_session(self, session: Session) -> None:
+        """Later requests of this session answer 409; its record stays on the `Session` object."""
+        session.closed = True
+        self._sessions.pop(session.id, None)
+        self._closed.add(session.id)
+
+    # -- HTTP
+    def _app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
+        app.router.add_get("/s/{sid}/v1/models", self._models)
+        app.router.add_get("/s/{sid}/v1/models/{model:.+}", self._models)
+        app.router.add_route("*", "/s/{sid}/v1/{rest:.*}", self._unsupported)
+        app.router.add_route("*", "/{rest:.*}", self._no_session)
+        return app
+
+    def _session(self, request: web.Request) -> Session | web.Response:
+        sid = request.match_info["sid"]
+        session = self._sessions.get(sid)
+        if session is None:
+            if sid in self._closed:
+                return _json(409, error_body(f"session {sid} is closed: its rollout has ended", code="session_closed"))
+            return _json(404, error_body(f"no session {sid} on this gateway", code="unknown_session"))
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "")
+        if not token or not hmac.compare_digest(token.encode(), session.secret.encode()):
+            return _json(401, error_body("invalid or missing API key for this session", "authentication_error",
+                                         code="invalid_api_key"))
+        if session.closed:
+            return _json(409, error_body(f"session {sid} is closed: its rollout has ended", code="session_closed"))
+        return session
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        session = self._session(request)
+        if isinstance(session, web.Response):
+            return session
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _json(400, error_body(f"the request body is not JSON: {exc}"))
+        if not isinstance(body, dict):
+            return _json(400, error_body("the request body must be a JSON object"))
+        try:
+            retry = int(request.headers.get("x-stainless-retry-count", "0") or 0)
+        except ValueError:
+            retry = 0
+        status, payload = await session.handle(body, retry)
+        if status != 200 or not body.get("stream"):
+            return _json(status, payload)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await stream.prepare(request)
+        for event in sse_events(payload, include_usage=include_usage):
+            await stream.write(event)
+        await stream.write_eof()
+        return stream
+
+    async def _models(self, request: web.Request) -> web.Response:
+        session = self._session(request)
+        if isinstance(session, web.Response):
+            return session
+        listing = models_json(session.model)
+        asked = request.match_info.get("model")
+        if asked is None:
+            return _json(200, listing)
+        if asked != session.model:
+            return _json(404, error_body(f"model {asked!r} is not served here; this session serves {session.model!r}",
+                                         code="model_not_found"))
+        return _json(200, listing["data"][0])
+
+    async def _unsupported(self, request: web.Request) -> web.Response:
+        session = self._session(request)
+        if isinstance(session, web.Response):
+            return session
+        rest = request.match_info["rest"].strip("/")
+        what = _OTHER_DIALECTS.get(rest.split("/")[0], f"/{rest}")
+        return _json(404, error_body(
+            f"this gateway speaks OpenAI chat completions only (POST /chat/completions, GET /models); "
+            f"{what} is not supported: configure the program for chat completions", code="unsupported_route"))
+
+    async def _no_session(self, request: web.Request) -> web.Response:
+        return _json(404, error_body("use a session URL: http://127.0.0.1:<port>/s/<session>/v1", code="unknown_route"))
+
+
+_GATEWAY: InterceptionGateway | None = None
+_GATEWAY_LOCK = threading.Lock()
+
+
+def get_gateway() -> InterceptionGateway:
+    """The process's gateway, started on first use."""
+    global _GATEWAY
+    with _GATEWAY_LOCK:
+        if _GATEWAY is None:
+            _GATEWAY = InterceptionGateway()
+        return _GATEWAY.start()
