@@ -72,6 +72,8 @@ __version__ = "0.2.0+vf"
 
 # 0.1.x names whose modules are only imported when used (optional packages, subprocess sandboxes).
 _LAZY_IMPORTS = {
+    "AgentEnv": "verifiers.envs.agent_env:AgentEnv",
+    "InterceptionGateway": "verifiers.gateway:InterceptionGateway",
     "PythonEnv": "verifiers.envs.python_env:PythonEnv",
     "SandboxEnv": "verifiers.envs.sandbox_env:SandboxEnv",
     "TextArenaEnv": "verifiers.envs.textarena_env:TextArenaEnv",
@@ -103,11 +105,14 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from verifiers.envs.agent_env import AgentEnv
     from verifiers.envs.python_env import PythonEnv
     from verifiers.envs.sandbox_env import SandboxEnv
     from verifiers.envs.textarena_env import TextArenaEnv
+    from verifiers.gateway import InterceptionGateway
 
 __all__ = [
+    "AgentEnv",
     "ChatClient",
     "ChatCompletion",
     "ChatCompletionMessageParam",
@@ -129,6 +134,7 @@ __all__ = [
     "GenerateInputs",
     "GenerateOutputs",
     "Info",
+    "InterceptionGateway",
     "JsonPrimitive",
     "JudgeError",
     "JudgeRubric",

@@ -83,6 +83,18 @@ class RolloutTimeoutError(EnvError):
     """A whole rollout ran past its per-rollout timeout."""
 
 
+class AgentError(EnvError):
+    """An agent program (`AgentEnv`) could not be started or did not do its job."""
+
+
+class AgentCrashedError(AgentError):
+    """The agent program exited with a non-zero status (its stderr tail is in the message)."""
+
+
+class AgentNoCallsError(AgentError):
+    """The agent program ended without calling the model once: nothing to score or train on."""
+
+
 class RubricError(VFError):
     """A reward function raised; recorded on the rollout, that function scores 0."""
 

@@ -32,14 +32,21 @@ OVERLONG_MARKERS = (
 
 
 def error_for_status(status: int, message: str) -> ModelError:
-    """Our error for an HTTP error status that is final (after retries), whichever client saw it."""
+    """Our error for an HTTP error status that is final (after retries), whichever client saw it.
+
+    The status is kept as ``status_code`` so a proxy (the interception gateway) can relay it.
+    """
+    err: ModelError
     if status == 429:
-        return RateLimitError(message)
-    if status >= 500:
-        return ServerError(message)
-    if status in (400, 413, 422) and any(m in message.lower() for m in OVERLONG_MARKERS):
-        return OverlongPromptError(message)
-    return BadRequestError(message)
+        err = RateLimitError(message)
+    elif status >= 500:
+        err = ServerError(message)
+    elif status in (400, 413, 422) and any(m in message.lower() for m in OVERLONG_MARKERS):
+        err = OverlongPromptError(message)
+    else:
+        err = BadRequestError(message)
+    err.status_code = status  # type: ignore[attr-defined]
+    return err
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

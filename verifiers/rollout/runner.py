@@ -71,6 +71,7 @@ async def run_single(
         error = RolloutError.from_exception(err, where="rollout" if stop_reason == "timeout" else "env")
     except asyncio.CancelledError:
         await _cleanup(env, state)
+        await _release(env, [RolloutResult(example_id=inp.example_id, prompt=inp.prompt, completion=[], state=state)])
         raise
     except Exception as exc:
         error = RolloutError.from_exception(exc, where=_error_origin(exc))
@@ -81,12 +82,15 @@ async def run_single(
     if completion is None:
         completion = "" if isinstance(inp.prompt, str) else []
     usage = state.get("usage")
+    prompt = inp.prompt
+    if getattr(env, "prompt_from_state", False) and isinstance(state.get("prompt"), (list, str)):
+        prompt = state["prompt"]  # e.g. AgentEnv: the program's first call, what the model saw
     return RolloutResult(
         example_id=inp.example_id,
         group_id=inp.group_id,
         rollout_index=inp.rollout_index,
         task=inp.task,
-        prompt=inp.prompt,
+        prompt=prompt,
         completion=completion,
         answer=inp.answer,
         info=inp.info,
@@ -99,6 +103,19 @@ async def run_single(
         tokens=list(state.get("tokens") or []),
         state=state,
     )
+
+
+async def _release(env: RolloutTarget, group: list[RolloutResult]) -> None:
+    """``release_state`` once scoring is over: what reward functions read (an agent's working
+    directory) lives until then, not only until the rollout ends."""
+    release = getattr(env, "release_state", None)
+    if release is None:
+        return
+    for r in group:
+        try:
+            await maybe_await(release(r.state))
+        except Exception as exc:
+            r.state.setdefault("cleanup_errors", []).append(RolloutError.from_exception(exc, where="cleanup"))
 
 
 async def _cleanup(env: RolloutTarget, state: dict[str, Any]) -> None:
@@ -173,6 +190,7 @@ async def run_rollouts(
             dt = (time.perf_counter() - t) / len(group)
             for r, s in zip(group, scores, strict=True):
                 _apply_score(r, s, dt)
+        await _release(env, group)
         if on_group is not None:
             await maybe_await(on_group(group))
 
