@@ -25,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind",
         choices=KINDS,
         default="single",
-        help="single: one model call; multi: a turn loop with environment replies; tool: tool calls "
-        "(default: single)",
+        help="single: one model call; multi: a turn loop with environment replies; tool: tool calls; "
+        "agent: an OpenAI SDK program run through the interception gateway (default: single)",
     )
     p.add_argument(
         "-p",

@@ -10,8 +10,9 @@ The package follows the layout of the bundled environments::
 Names: an id such as ``my-env`` (what users type in ``vf-eval my-env``) maps to the
 module ``my_env`` (what `verifiers.load_environment` imports) and to the PEP 503
 distribution name ``my-env`` (what pip and the hub use). The three kinds are working
-examples of the three environment shapes: one model call (``single``), a turn loop
-with environment replies (``multi``) and tool calls (``tool``).
+examples of the environment shapes: one model call (``single``), a turn loop with
+environment replies (``multi``), tool calls (``tool``) and an agent program run through
+the interception gateway (``agent``, templates in `verifiers.hub.scaffold_agent`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from pydantic import BaseModel
 
 from verifiers.envs.names import EnvNames, env_names
 from verifiers.errors import ConfigError
+from verifiers.hub.scaffold_agent import AGENT_DOCS, AGENT_MODULE, AGENT_PROGRAM, AGENT_TEST
 
 __all__ = ["KINDS", "EnvKind", "EnvNames", "ScaffoldResult", "env_names", "scaffold_environment"]
 
-EnvKind = Literal["single", "multi", "tool"]
-KINDS: tuple[EnvKind, ...] = ("single", "multi", "tool")
+EnvKind = Literal["single", "multi", "tool", "agent"]
+KINDS: tuple[EnvKind, ...] = ("single", "multi", "tool", "agent")
 class ScaffoldResult(BaseModel):
     """Where the package was written and how to use it."""
 
@@ -458,8 +460,10 @@ _KIND_DOCS: dict[str, dict[str, str]] = {
         "| `used_tool` | 0.0 | 1.0 when the model called a tool (a metric only) |",
     },
 }
-_MODULES = {"single": _SINGLE_MODULE, "multi": _MULTI_MODULE, "tool": _TOOL_MODULE}
-_TESTS = {"single": _SINGLE_TEST, "multi": _MULTI_TEST, "tool": _TOOL_TEST}
+_KIND_DOCS["agent"] = AGENT_DOCS
+_MODULES = {"single": _SINGLE_MODULE, "multi": _MULTI_MODULE, "tool": _TOOL_MODULE, "agent": AGENT_MODULE}
+_PROGRAMS = {"agent": AGENT_PROGRAM}
+_TESTS = {"single": _SINGLE_TEST, "multi": _MULTI_TEST, "tool": _TOOL_TEST, "agent": AGENT_TEST}
 _TESTING = "ScriptedReply, ScriptedServer, ServerScript, check_environment"
 _TEST_IMPORTS = {
     "single": {"stdlib_imports": "", "pytest_import": "\nimport pytest", "testing_names": _TESTING},
@@ -469,11 +473,17 @@ _TEST_IMPORTS = {
         "pytest_import": "",
         "testing_names": "ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript, check_environment",
     },
+    "agent": {
+        "stdlib_imports": "",
+        "pytest_import": "",
+        "testing_names": "ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript, check_environment",
+    },
 }
 _DEFAULT_DESCRIPTION = {
     "single": "a single-turn verifiers environment",
     "multi": "a multi-turn verifiers environment",
     "tool": "a tool-use verifiers environment",
+    "agent": "an agent-program verifiers environment",
 }
 
 
@@ -495,13 +505,16 @@ def _render(kind: EnvKind, names: EnvNames, description: str) -> dict[str, str]:
     readme = _README.substitute(
         values, what=docs["what"], args_rows=docs["args"], metric_rows=docs["metrics"]
     )
-    return {
+    files = {
         "pyproject.toml": _PYPROJECT.substitute(values),
         f"{names.module}/__init__.py": _MODULES[kind].substitute(values),
         "README.md": readme,
         f"tests/test_{names.module}.py": _TEST_HEADER.substitute(values, **_TEST_IMPORTS[kind])
         + _TESTS[kind].substitute(values),
     }
+    if kind in _PROGRAMS:
+        files[f"{names.module}/agent.py"] = _PROGRAMS[kind].substitute(values)
+    return files
 
 
 def _check_not_shadowing(module: str, package_dir: Path) -> None:
