@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -125,7 +126,7 @@ async def test_timeout_ends_the_whole_process_tree() -> None:
         holder: dict[str, int] = {}
 
         def grab(state: dict[str, Any], **_: Any) -> float:
-            holder["child"] = int((Path(state["workdir"]) / "child.pid").read_text())
+            holder["child"] = int((Path(state["workdir"]) / "child.pid").read_text().split()[0])
             holder["pid"] = state["agent"]["run"].pid
             return 0.0
 
@@ -156,3 +157,28 @@ def test_bad_configuration_is_refused_with_the_fix() -> None:
     with pytest.raises(vf.ConfigError, match="outside the working directory"):
         env = vf.AgentEnv(command=["x"], dataset=ROWS, files={"../escape.txt": "x"})
         env._workdir([{"role": "user", "content": "t"}])
+
+
+async def test_cancelling_the_run_ends_the_program_and_its_children(tmp_path: Path) -> None:
+    import asyncio
+
+    with ScriptedServer(ServerScript()) as srv:
+        env = _env([*CHAT_ONCE, "hang"], env={"PID_DIR": str(tmp_path)}, timeout_s=600)
+        task = asyncio.ensure_future(env.a_generate(ROWS, vf.make_client(base_url=srv.base_url), "policy"))
+        pid_file = tmp_path / "child.pid"
+        for _ in range(300):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            await asyncio.sleep(0.05)
+        child_s, program_s, workdir = pid_file.read_text().split()
+        child, program = int(child_s), int(program_s)
+        assert _alive(child) and _alive(program)
+        task.cancel()  # what Ctrl-C does to a run
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for _ in range(100):
+        if not (_alive(child) or _alive(program)):
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(child) and not _alive(program)
+    assert not Path(workdir).exists()  # the working directory went with the cancelled rollout

@@ -41,8 +41,9 @@ elif mode == "crash_after":
 elif mode == "hang":
     chat([{"role": "user", "content": task}])
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
-    with open("child.pid", "w") as f:
-        f.write(str(child.pid))
+    for folder in (".", os.environ.get("PID_DIR", ".")):
+        with open(os.path.join(folder, "child.pid"), "w") as f:
+            f.write(f"{child.pid} {os.getpid()} {os.getcwd()}")
     time.sleep(1000)
 else:
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 1
