@@ -95,8 +95,10 @@ def __getattr__(name: str) -> Any:
 
         missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
         if missing:
+            from verifiers.install_hint import install_command
+
             raise ImportError(
-                f"verifiers.{name} needs the train extra ({', '.join(missing)} missing): pip install 'verifiers[train]'"
+                f"verifiers.{name} needs the train extra ({', '.join(missing)} missing): {install_command('train')}"
             )
     module, attr = target.split(":")
     value = getattr(importlib.import_module(module), attr)

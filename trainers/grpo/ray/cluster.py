@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from verifiers.errors import ConfigError
+from verifiers.install_hint import install_command
 
 
 def require_ray() -> ModuleType:
@@ -22,7 +23,7 @@ def require_ray() -> ModuleType:
         import ray
     except ImportError as exc:
         raise ConfigError(
-            "this run uses Ray ([ray] in the config) but Ray is not installed: pip install 'verifiers[ray]'"
+            f"this run uses Ray ([ray] in the config) but Ray is not installed: {install_command('ray')}"
         ) from exc
     return ray
 
