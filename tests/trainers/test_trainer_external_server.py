@@ -57,3 +57,21 @@ def test_an_external_server_gets_the_warmed_up_weights_before_the_first_rollout(
     for k, v in seen["trained"].items():
         torch.testing.assert_close(seen["served"][k], v)  # and the server had those weights before step 1
     assert len(run.rows) == 1 and run.rows[0]["rollouts/errors"] == 0
+
+
+def test_a_model_name_the_server_does_not_serve_is_named_before_any_rollout(
+        tmp_path: Path, train_config: Any, run_training: Any, base_model_dir: Path) -> None:
+    from verifiers.errors import ConfigError
+    from verifiers.inference.engine import InferenceEngine
+    from verifiers.inference.runner import EmbeddedServer
+
+    engine = InferenceEngine.from_pretrained(base_model_dir)
+    with EmbeddedServer(engine, ["my-model"]) as server:
+        cfg = train_config(tmp_path / "run", base_url=server.base_url, max_steps=1)
+        assert cfg.server_model_name == "policy"  # the default
+        with pytest.raises(ConfigError) as err:
+            run_training(cfg)
+    message = str(err.value)
+    assert "model 'policy' is not served at" in message and "the server lists: my-model" in message
+    assert "server_model_name" in message and "token ids" not in message
+    assert engine.weight_version == 0  # refused before anything reached the server

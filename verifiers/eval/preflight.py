@@ -82,13 +82,15 @@ def _model_ids(body: object) -> list[str] | None:
     return [str(m["id"]) for m in body["data"] if isinstance(m, dict) and "id" in m]
 
 
-def _unknown_model_error(ep: Endpoint, ids: list[str]) -> EndpointCheckError:
+MODEL_FIX = "fix -m/--model, or skip this check with --no-check"
+
+
+def _unknown_model_error(ep: Endpoint, ids: list[str], model_fix: str = MODEL_FIX) -> EndpointCheckError:
     close = difflib.get_close_matches(ep.model, ids, n=3, cutoff=0.5)
     shown = ", ".join(ids[:_SHOWN_IDS]) + (f" ... ({len(ids)} in all)" if len(ids) > _SHOWN_IDS else "")
     guess = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     return EndpointCheckError(
-        f"model {ep.model!r} is not served at {ep.base_url}; {guess}the server lists: {shown} "
-        "(fix -m/--model, or skip this check with --no-check)"
+        f"model {ep.model!r} is not served at {ep.base_url}; {guess}the server lists: {shown} ({model_fix})"
     )
 
 
@@ -98,8 +100,13 @@ def check_endpoint(
     headers: dict[str, str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     transport: httpx.BaseTransport | None = None,
+    model_fix: str = MODEL_FIX,
 ) -> PreflightResult:
-    """``GET {base_url}/models`` once and judge the answer; `EndpointCheckError` when the run cannot work."""
+    """``GET {base_url}/models`` once and judge the answer; `EndpointCheckError` when the run cannot work.
+
+    ``model_fix`` says how to fix an unknown model name in the caller's terms (vf-eval's flag,
+    vf-train's config key).
+    """
     check_base_url(endpoint.base_url)
     result = PreflightResult(base_url=endpoint.base_url, model=endpoint.model)
     key, from_env = api_key_for(endpoint)
@@ -151,7 +158,7 @@ def check_endpoint(
     if not ids:
         result.warnings.append(f"{url} lists no models; cannot check that {endpoint.model!r} is served there")
         return result
-    raise _unknown_model_error(endpoint, ids)
+    raise _unknown_model_error(endpoint, ids, model_fix)
 
 
 def check_endpoints(

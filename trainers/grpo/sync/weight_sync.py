@@ -145,6 +145,22 @@ def probe_tolerance(cfg: Any, model: Any) -> float:
     return max(default_tolerance(d) for d in dtypes)
 
 
+def check_served_model(urls: list[str], model_name: str) -> None:
+    """vf-eval's endpoint check, before the first rollout: a model name the server does not serve
+    would otherwise surface as every rollout failing (and, before, as "no token ids")."""
+    from verifiers.errors import EndpointCheckError
+    from verifiers.eval.endpoints import Endpoint
+    from verifiers.eval.preflight import check_endpoint
+
+    fix = (f"set server_model_name (--server_model_name NAME) to the name the server serves, or start it "
+           f"with --served-model-name {model_name}")
+    for url in urls:
+        try:
+            check_endpoint(Endpoint(model=model_name, base_url=url), model_fix=fix)
+        except EndpointCheckError as exc:
+            raise ConfigError(f"base_url {url}: {exc}") from None
+
+
 def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None,
                      log: Callable[[str], None] = print) -> WeightSync:
     """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones)."""
@@ -168,6 +184,7 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
         if len(kinds) > 1:
             raise ConfigError(f"base_url mixes vLLM and other servers ({urls}); use replicas of one kind")
         kind = kinds.pop()
+    check_served_model(urls, cfg.server_model_name)
     if kind == "vf-serve":
         if len(urls) > 1:
             raise ConfigError("several base_urls need vLLM servers (vf-serve replicas are not supported for training)")
