@@ -187,7 +187,13 @@ class MCPConnection:
             return ""
 
     async def start(self) -> list[MCPTool]:
-        """Spawn the server, initialise the session and list its tools (all pages)."""
+        """Spawn the server, initialise the session and list its tools (all pages).
+
+        A connection that ran before is closed first, so its old task can no longer touch
+        the state of the new one.
+        """
+        if self._task is not None:
+            await self.close()
         self.down_reason = None
         fd, self._stderr_path = tempfile.mkstemp(prefix=f"vf-mcp-{self.config.name}-", suffix=".log")
         os.close(fd)
