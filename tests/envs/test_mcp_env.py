@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
+from verifiers.rollout.error_report import RolloutErrorsWarning
 from verifiers.testing import ScriptedClient, ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
 from verifiers.tools.mcp_client import MCPTool, exposed_names
 
@@ -119,7 +120,7 @@ async def test_tools_results_and_errors(server: ScriptedServer, client, tmp_path
 
         # The schemas the model got: the server's tools with their input schemas, unprefixed.
         tools = {t["function"]["name"]: t["function"] for t in server.requests[0]["tools"]}
-        assert sorted(tools) == ["add", "counter", "crash", "fail", "getenv", "point"]
+        assert sorted(tools) == ["add", "counter", "crash", "fail", "getenv", "point", "sleep"]
         assert tools["add"]["description"] == "Add two integers."
         assert tools["add"]["parameters"]["properties"]["a"]["type"] == "integer"
         assert tools["add"]["parameters"]["required"] == ["a", "b"]
@@ -133,7 +134,7 @@ async def test_tools_results_and_errors(server: ScriptedServer, client, tmp_path
         assert content[0] == "5"
         assert content[1] == "Error: Tool 'fail' failed: Error executing tool fail"  # the server's isError text
         assert json.loads(content[2]) == {"x": 4, "y": 8}  # structured content, no text part
-        assert content[3] == "Error: Unknown tool 'nope'. Available tools: add, counter, crash, fail, getenv, point."
+        assert content[3] == "Error: Unknown tool 'nope'. Available tools: add, counter, crash, fail, getenv, point, sleep."
         assert content[4].startswith("Error: Arguments for tool 'add' are not valid JSON")
         assert content[5].startswith("Error: Tool 'add' failed: ") and "validation error" in content[5]
         assert content[6:8] == ["t0k3n", "<unset>"]  # only the SDK's allow-list plus what we give
@@ -186,10 +187,24 @@ async def test_name_clash_between_servers_gets_prefixes() -> None:
     names = [t["function"]["name"] for t in client.calls[0].tools]
     assert names[0] == "shout"
     assert sorted(names[1:]) == sorted(f"{s}_{t}" for s in ("alpha", "beta")
-                                       for t in ("add", "counter", "crash", "fail", "getenv", "point"))
+                                       for t in ("add", "counter", "crash", "fail", "getenv", "point", "sleep"))
     # Each prefixed name reaches its own server: alpha counts 1, 2, beta starts at 1.
     assert [m["content"] for m in r.completion[1:7]] == ["1", "2", "1", "2", "HI", r.completion[6]["content"]]
     assert r.completion[6]["content"].startswith("Error: Unknown tool 'add'. Available tools: alpha_add,")
+
+
+@needs_mcp
+async def test_slow_tool_times_out_and_the_server_goes_on() -> None:
+    client = ScriptedClient(turns({0: tool_call(("sleep", {"seconds": 30})), 1: tool_call(("add", {"a": 1, "b": 2}))}))
+    with vf.MCPToolEnv(mcp_servers=[toy()], dataset=DATA, tool_timeout_s=0.5) as env:
+        t0 = time.perf_counter()
+        out = await env.a_evaluate(client, "m")
+        assert time.perf_counter() - t0 < 15
+    r = out.results[0]
+    assert [m["content"] for m in r.completion if m["role"] == "tool"] == [
+        "Error: Tool 'sleep' timed out after 0.5 s.", "3",
+    ]
+    assert r.state["tool_errors"][0].type == "ToolTimeoutError"
 
 
 # -- per_rollout: fresh servers per rollout, stopped in cleanup_state ----------------------------
@@ -248,7 +263,7 @@ async def test_server_killed_mid_rollout_becomes_error_then_restarts(tmp_path) -
         assert r.error is None and r.stop_reason == "completed"
         tool_msgs = [m["content"] for m in r.completion if m["role"] == "tool"]
         assert tool_msgs[0] == "5"
-        assert tool_msgs[1] == "Error: MCP server 'toy' stopped during the call to 'add': its process ended."
+        assert tool_msgs[1] == "Error: MCP server 'toy' did not answer the call to 'add': its process has ended."
         assert tool_msgs[2].startswith("Error: MCP server 'toy' is not running (its process ended")
         assert [e.type for e in r.state["tool_errors"]] == ["MCPServerDown", "MCPServerDown"]
 
@@ -278,7 +293,7 @@ async def test_server_that_cannot_start_again_is_reported_gone(tmp_path) -> None
         client = ScriptedClient(turns({0: tool_call(("add", {"a": 1, "b": 1}))}))
         out = await env.a_evaluate(client, "m")
         first = out.results[0]
-        assert first.completion[1]["content"].startswith("Error: MCP server 'toy' stopped during the call")
+        assert first.completion[1]["content"].startswith("Error: MCP server 'toy' did not answer the call")
         out = await env.a_evaluate(client, "m")  # the restart fails: the tool answers that it is gone
         r = out.results[0]
         assert r.error is None
@@ -375,13 +390,14 @@ def test_bad_server_config_is_a_config_error(servers, message) -> None:
 @needs_mcp
 async def test_server_that_fails_to_start_is_a_rollout_error_with_its_stderr() -> None:
     cfg = {"name": "broken", "command": sys.executable,
-           "args": ["-c", "import sys; sys.stderr.write('cannot open the database'); sys.exit(2)"]}
-    with vf.MCPToolEnv(mcp_servers=[cfg], dataset=DATA) as env:
+           "args": ["-c", "import sys; sys.stderr.write('cannot open the ' + 'database'); sys.exit(2)"]}
+    with vf.MCPToolEnv(mcp_servers=[cfg], dataset=DATA) as env, pytest.warns(RolloutErrorsWarning):
         out = await env.a_evaluate(ScriptedClient(["unused"]), "m")
     err = out.results[0].error
+    assert "failed to start: MCPError: Connection closed" in err.message
     assert err is not None and err.type == "ConfigError"
     assert "MCP server 'broken'" in err.message and "failed to start" in err.message
-    assert "cannot open the database" in err.message
+    assert "its stderr:\ncannot open the database" in err.message
 
 
 def test_missing_mcp_package_names_the_extra(monkeypatch) -> None:

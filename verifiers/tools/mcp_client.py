@@ -155,6 +155,13 @@ def _is_connection_lost(exc: BaseException) -> bool:
     return type(exc).__name__ in {"ClosedResourceError", "BrokenResourceError", "EndOfStream"}
 
 
+def _innermost(exc: BaseException) -> BaseException:
+    """The error inside anyio's task-group wrapping (``ExceptionGroup: unhandled errors...``)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 class MCPServerDown(ToolError):
     """The server process is not running (it exited, or was stopped)."""
 
@@ -203,13 +210,13 @@ class MCPConnection:
         try:
             self.tools = await asyncio.wait_for(asyncio.shield(ready), self.start_timeout_s)
         except BaseException as exc:
+            tail = self.stderr_tail()  # before close() removes the log
             await self.close()
-            tail = self.stderr_tail()
-            self._drop_log()
             if isinstance(exc, TimeoutError):
                 reason = f"it did not answer initialize + tools/list within {self.start_timeout_s:g} s"
             elif isinstance(exc, Exception):
-                reason = f"{type(exc).__name__}: {exc}"
+                leaf = _innermost(exc)
+                reason = f"{type(leaf).__name__}: {leaf}"
             else:
                 raise
             raise ConfigError(
@@ -268,7 +275,7 @@ class MCPConnection:
             if _is_connection_lost(exc) or self._task is None or self._task.done():
                 await self._mark_down("its process ended (connection closed)")
                 raise MCPServerDown(
-                    f"MCP server {self.config.name!r} stopped during the call to {tool!r}: its process ended."
+                    f"MCP server {self.config.name!r} did not answer the call to {tool!r}: its process has ended."
                 ) from None
             code = getattr(exc, "code", None)
             detail = f"MCP error {code}: {exc}" if isinstance(code, int) else f"{type(exc).__name__}: {exc}"

@@ -1,14 +1,15 @@
 """A small MCP stdio server for tests/envs/test_mcp_env.py, written with the MCP Python SDK.
 
 Tools: ``add`` (text result), ``fail`` (raises), ``counter`` (state kept in the process),
-``point`` (structured content only), ``getenv`` (what the server's environment holds) and
-``crash`` (the process dies mid-call). Its pid goes to ``$TOY_PIDFILE`` so a test can check,
+``point`` (structured content only), ``getenv`` (what the server's environment holds),
+``sleep`` (for timeouts) and ``crash`` (the process dies mid-call). Its pid goes to ``$TOY_PIDFILE`` so a test can check,
 by pid, that closing the environment ended it. ``--name`` sets the server name.
 """
 
 import os
 import sys
 
+import anyio
 from mcp.types import CallToolResult
 
 try:
@@ -49,6 +50,13 @@ def point(x: int) -> CallToolResult:
 def getenv(name: str) -> str:
     """The server's environment variable `name`, or <unset>."""
     return os.environ.get(name, "<unset>")
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Sleep, then say so."""
+    await anyio.sleep(seconds)
+    return "slept"
 
 
 @server.tool()
