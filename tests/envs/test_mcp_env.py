@@ -24,7 +24,7 @@ import pytest
 import verifiers as vf
 from verifiers.rollout.error_report import RolloutErrorsWarning
 from verifiers.testing import ScriptedClient, ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
-from verifiers.tools.mcp_client import MCPTool, exposed_names
+from verifiers.tools.mcp_client import MCPTool, exposed_names, result_text, tool_from_listing
 
 # Tests that start servers need the mcp extra; the two about a missing extra and imports do not.
 needs_mcp = pytest.mark.skipif(find_spec("mcp") is None, reason="the mcp extra is not installed (pip install -e '.[mcp]')")
@@ -105,6 +105,8 @@ async def test_tools_results_and_errors(server: ScriptedServer, client, tmp_path
                     ("getenv", {"name": "TOY_TOKEN"}),
                     ("getenv", {"name": "VF_TEST_NOT_FOR_SERVERS"}),
                     ("getenv", {"name": "PATH"}),
+                    ("reject", {}),
+                    ("add", {"a": 1, "b": 1}),
                     turn=0,
                 ),
                 ScriptedReply(content="The answer is 5"),
@@ -120,7 +122,7 @@ async def test_tools_results_and_errors(server: ScriptedServer, client, tmp_path
 
         # The schemas the model got: the server's tools with their input schemas, unprefixed.
         tools = {t["function"]["name"]: t["function"] for t in server.requests[0]["tools"]}
-        assert sorted(tools) == ["add", "counter", "crash", "fail", "getenv", "point", "sleep"]
+        assert sorted(tools) == ["add", "counter", "crash", "fail", "getenv", "point", "reject", "sleep"]
         assert tools["add"]["description"] == "Add two integers."
         assert tools["add"]["parameters"]["properties"]["a"]["type"] == "integer"
         assert tools["add"]["parameters"]["required"] == ["a", "b"]
@@ -128,27 +130,43 @@ async def test_tools_results_and_errors(server: ScriptedServer, client, tmp_path
 
         ids = [tc["id"] for tc in r.completion[0]["tool_calls"]]
         msgs = r.completion[1:-1]
-        assert [m["role"] for m in msgs] == ["tool"] * 9
+        assert [m["role"] for m in msgs] == ["tool"] * 11
         assert [m["tool_call_id"] for m in msgs] == ids
         content = [m["content"] for m in msgs]
         assert content[0] == "5"
         assert content[1] == "Error: Tool 'fail' failed: Error executing tool fail"  # the server's isError text
         assert json.loads(content[2]) == {"x": 4, "y": 8}  # structured content, no text part
-        assert content[3] == "Error: Unknown tool 'nope'. Available tools: add, counter, crash, fail, getenv, point, sleep."
+        assert content[3] == "Error: Unknown tool 'nope'. Available tools: add, counter, crash, fail, getenv, point, reject, sleep."
         assert content[4].startswith("Error: Arguments for tool 'add' are not valid JSON")
         assert content[5].startswith("Error: Tool 'add' failed: ") and "validation error" in content[5]
         assert content[6:8] == ["t0k3n", "<unset>"]  # only the SDK's allow-list plus what we give
         assert content[8] == os.environ["PATH"]
+        assert content[9] == "Error: Tool 'reject' failed: MCP error -32602: reject refuses"  # a raised MCP error
+        assert content[10] == "2"  # the connection survives it
         assert r.completion[-1] == {"role": "assistant", "content": "The answer is 5"}
         # The model saw every tool message.
-        assert server.requests[-1]["messages"][-9:] == msgs
+        assert server.requests[-1]["messages"][-11:] == msgs
         assert [e.type for e in r.state["tool_errors"]] == [
             "ToolExecutionError", "ToolNotFoundError", "ToolArgumentsError", "ToolExecutionError",
+            "ToolExecutionError",
         ]
         assert "_mcp_servers" not in r.state
         (pid,) = pids(pidfile)
         assert alive(pid)
     assert not alive(pid), "leaving `async with env` must stop the server"
+
+
+def test_results_and_tools_read_in_both_sdk_spellings() -> None:
+    """mcp 1.x objects use camelCase attributes (inputSchema, isError, structuredContent), 2.x snake_case."""
+    v1 = {"content": [], "structuredContent": {"x": 1}, "isError": False}
+    v2 = {"content": [], "structured_content": {"x": 1}, "is_error": False}
+    assert result_text(v1) == result_text(v2) == ('{"x": 1}', False)
+    parts = [{"type": "text", "text": "a"}, {"type": "image", "data": "..."}, {"type": "text", "text": "b"}]
+    assert result_text({"content": parts, "isError": True}) == ("a\n[image content]\nb", True)
+    assert result_text({"content": [{"type": "text", "text": "t"}], "structured_content": {"x": 1}}) == ("t", False)
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    for tool in ({"name": "t", "description": "d", "inputSchema": schema}, {"name": "t", "input_schema": schema}):
+        assert tool_from_listing("s", tool).openai_schema("s_t")["function"]["parameters"] == schema
 
 
 # -- two servers with the same tools: prefixes only on a clash ------------------------------------
@@ -187,7 +205,7 @@ async def test_name_clash_between_servers_gets_prefixes() -> None:
     names = [t["function"]["name"] for t in client.calls[0].tools]
     assert names[0] == "shout"
     assert sorted(names[1:]) == sorted(f"{s}_{t}" for s in ("alpha", "beta")
-                                       for t in ("add", "counter", "crash", "fail", "getenv", "point", "sleep"))
+                                       for t in ("add", "counter", "crash", "fail", "getenv", "point", "reject", "sleep"))
     # Each prefixed name reaches its own server: alpha counts 1, 2, beta starts at 1.
     assert [m["content"] for m in r.completion[1:7]] == ["1", "2", "1", "2", "HI", r.completion[6]["content"]]
     assert r.completion[6]["content"].startswith("Error: Unknown tool 'add'. Available tools: alpha_add,")

@@ -114,7 +114,7 @@ class MCPTool:
         }
 
 
-def _to_tool(server: str, tool: Any) -> MCPTool:
+def tool_from_listing(server: str, tool: Any) -> MCPTool:
     schema = field(tool, "input_schema", "inputSchema")
     return MCPTool(
         server=server,
@@ -245,7 +245,7 @@ class MCPConnection:
                         page = await session.list_tools(
                             params=PaginatedRequestParams(cursor=cursor) if cursor else None
                         )
-                        tools += [_to_tool(self.config.name, t) for t in page.tools]
+                        tools += [tool_from_listing(self.config.name, t) for t in page.tools]
                         cursor = field(page, "next_cursor", "nextCursor")
                         if not cursor:
                             break

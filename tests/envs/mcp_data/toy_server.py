@@ -1,6 +1,6 @@
 """A small MCP stdio server for tests/envs/test_mcp_env.py, written with the MCP Python SDK.
 
-Tools: ``add`` (text result), ``fail`` (raises), ``counter`` (state kept in the process),
+Tools: ``add`` (text result), ``fail`` (raises), ``reject`` (a JSON-RPC error), ``counter`` (state kept in the process),
 ``point`` (structured content only), ``getenv`` (what the server's environment holds),
 ``sleep`` (for timeouts) and ``crash`` (the process dies mid-call). Its pid goes to ``$TOY_PIDFILE`` so a test can check,
 by pid, that closing the environment ended it. ``--name`` sets the server name.
@@ -12,10 +12,19 @@ import sys
 import anyio
 from mcp.types import CallToolResult
 
-try:
-    from mcp.server import MCPServer  # mcp 2.x
+try:  # mcp 2.x
+    from mcp.server import MCPServer
+    from mcp.shared.exceptions import MCPError
+
+    def rpc_error(message: str) -> Exception:
+        return MCPError(code=-32602, message=message)
 except ImportError:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as MCPServer
+    from mcp.shared.exceptions import McpError
+    from mcp.types import ErrorData
+
+    def rpc_error(message: str) -> Exception:
+        return McpError(ErrorData(code=-32602, message=message))
 
 server = MCPServer(sys.argv[sys.argv.index("--name") + 1] if "--name" in sys.argv else "toy")
 calls = {"n": 0}
@@ -31,6 +40,12 @@ def add(a: int, b: int) -> str:
 def fail(reason: str = "boom") -> str:
     """Always raises."""
     raise ValueError(f"fail was asked to fail: {reason}")
+
+
+@server.tool()
+def reject() -> str:
+    """Answers with a JSON-RPC error instead of a result."""
+    raise rpc_error("reject refuses")
 
 
 @server.tool()
