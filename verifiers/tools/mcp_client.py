@@ -277,7 +277,7 @@ class MCPConnection:
                 raise MCPServerDown(
                     f"MCP server {self.config.name!r} did not answer the call to {tool!r}: its process has ended."
                 ) from None
-            code = getattr(exc, "code", None)
+            code = getattr(exc, "code", None) or getattr(getattr(exc, "error", None), "code", None)  # 2.x, 1.x
             detail = f"MCP error {code}: {exc}" if isinstance(code, int) else f"{type(exc).__name__}: {exc}"
             raise ToolExecutionError(f"Tool {tool!r} failed: {detail}") from None
         text, is_error = result_text(result)
