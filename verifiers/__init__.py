@@ -70,10 +70,12 @@ from verifiers.utils.logging_utils import print_prompt_completions_sample, setup
 # this version, and `verifiers==0.2.0+vf` (what vf-install pins) only matches this toolkit.
 __version__ = "0.2.0+vf"
 
-# 0.1.x names whose modules are only imported when used (optional packages, subprocess sandboxes).
+# Names whose modules are only imported when used (0.1.x optional packages, subprocess sandboxes,
+# MCPToolEnv of the mcp extra).
 _LAZY_IMPORTS = {
     "AgentEnv": "verifiers.envs.agent_env:AgentEnv",
     "InterceptionGateway": "verifiers.gateway:InterceptionGateway",
+    "MCPToolEnv": "verifiers.envs.mcp_env:MCPToolEnv",
     "PythonEnv": "verifiers.envs.python_env:PythonEnv",
     "SandboxEnv": "verifiers.envs.sandbox_env:SandboxEnv",
     "TextArenaEnv": "verifiers.envs.textarena_env:TextArenaEnv",
@@ -108,6 +110,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from verifiers.envs.agent_env import AgentEnv
+    from verifiers.envs.mcp_env import MCPToolEnv
     from verifiers.envs.python_env import PythonEnv
     from verifiers.envs.sandbox_env import SandboxEnv
     from verifiers.envs.textarena_env import TextArenaEnv
@@ -140,6 +143,7 @@ __all__ = [
     "JsonPrimitive",
     "JudgeError",
     "JudgeRubric",
+    "MCPToolEnv",
     "MathRubric",
     "Message",
     "MessageType",
