@@ -46,6 +46,7 @@ MODEL = "tiny-bpe"
 TOOLS = [{"type": "function", "function": {
     "name": "lookup", "description": "read a value",
     "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}}]
+FIRST = [{"role": "system", "content": "You look things up."}, {"role": "user", "content": "hello world, lookup the key"}]
 EOS_BIAS = 4.0  # P(<|im_end|>) ~ 8% a step: replies end within the token budget, but not at once
 
 
@@ -131,8 +132,7 @@ def program(base_url: str, key: str, script: list[str]) -> list[dict[str, Any]]:
     ``rewrite`` drops the last reply from the history (a program that edits its transcript).
     """
     client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You look things up."},
-                                      {"role": "user", "content": "hello world, lookup the key"}]
+    messages = [dict(m) for m in FIRST]
     replies = []
     try:
         for step in [None, *script]:
@@ -168,16 +168,38 @@ async def _run(server: EmbeddedServer, tok: Any, script: list[str], *, seed: int
     return session, recorder, hook, replies
 
 
+_SEEDS: list[int] = []
+
+
+async def _drifting_seeds(server: EmbeddedServer, tok: Any, limit: int = 80, want: int = 3) -> list[int]:
+    """Seeds whose first reply ends with ``<|im_end|>`` and whose text (valid UTF-8, so nothing is
+    lost in decoding) BPE re-encodes to other ids: pure merge drift. Found with direct calls."""
+    if _SEEDS:
+        return _SEEDS
+    client = as_chat_client(make_client(base_url=server.base_url, max_retries=0))
+    found = _SEEDS
+    try:
+        for seed in range(limit):
+            if len(found) == want:
+                break
+            out = await client.chat(MODEL, FIRST, tools=TOOLS, sampling_args={
+                "temperature": 1.0, "max_tokens": 48, "seed": seed, "extra_body": {"return_token_ids": True}})
+            ids = out.tokens.completion_ids[:-1]
+            text = tok.decode(ids)
+            if out.finish_reason == "stop" and "\ufffd" not in text and tok.encode(text, add_special_tokens=False) != ids:
+                found.append(seed)
+    finally:
+        await client.close()
+    return found
+
+
 async def _stopping_run(server: EmbeddedServer, tok: Any, script: list[str]) -> tuple[Any, Recorder, TokenIn, list]:
-    """A run whose first reply ends with ``<|im_end|>`` and re-encodes to other ids (seeds tried in order)."""
-    for seed in range(12):
+    """A run whose first reply drifts (see `_drifting_seeds`) and whose replies all end with ``<|im_end|>``."""
+    for seed in await _drifting_seeds(server, tok):
         session, rec, hook, replies = await _run(server, tok, script, seed=seed)
-        first = session.calls[0].tokens
-        text_ids = first.completion_ids[:-1]
-        drifts = tok.encode(tok.decode(text_ids), add_special_tokens=False) != text_ids
-        if first.finish_reason == "stop" and drifts and all(r["finish_reason"] == "stop" for r in replies[:-1]):
+        if all(r["finish_reason"] == "stop" for r in replies[:-1]):
             return session, rec, hook, replies
-    pytest.fail("no seed in 0..11 gave a first reply that stops and drifts; raise EOS_BIAS or try more seeds")
+    pytest.fail("no seed in 0..79 gave a first reply that stops and drifts; raise EOS_BIAS or try more seeds")
 
 
 # -- end to end ----------------------------------------------------------------------------------
