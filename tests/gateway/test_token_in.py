@@ -129,7 +129,8 @@ def program(base_url: str, key: str, script: list[str]) -> list[dict[str, Any]]:
     """An agent program: the official client, its transcript kept as the SDK hands it back.
 
     ``script`` steps: ``user:TEXT`` / ``tool:TEXT`` append a message after the last reply;
-    ``rewrite`` drops the last reply from the history (a program that edits its transcript).
+    ``rewrite`` drops the last reply from the history (a program that edits its transcript);
+    ``bad:TEXT`` sends a user message with an invalid ``stop`` and keeps the error, not the message.
     """
     client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60)
     messages = [dict(m) for m in FIRST]
@@ -139,6 +140,13 @@ def program(base_url: str, key: str, script: list[str]) -> list[dict[str, Any]]:
             if step == "rewrite":
                 messages.pop()
                 messages.append({"role": "user", "content": "again please"})
+            elif step is not None and step.startswith("bad:"):
+                try:
+                    client.chat.completions.create(model="anything", tools=TOOLS, stop=[""], messages=[
+                        *messages, {"role": "user", "content": step[4:]}])
+                except openai.BadRequestError as exc:
+                    replies.append({"error": exc.status_code, "message": str(exc)})
+                continue
             elif step is not None:
                 role, text = step.split(":", 1)
                 extra = {"tool_call_id": "call_0"} if role == "tool" else {}
@@ -197,7 +205,7 @@ async def _stopping_run(server: EmbeddedServer, tok: Any, script: list[str]) -> 
     """A run whose first reply drifts (see `_drifting_seeds`) and whose replies all end with ``<|im_end|>``."""
     for seed in await _drifting_seeds(server, tok):
         session, rec, hook, replies = await _run(server, tok, script, seed=seed)
-        if all(r["finish_reason"] == "stop" for r in replies[:-1]):
+        if all(r.get("finish_reason", "stop") == "stop" for r in replies[:-1]):
             return session, rec, hook, replies
     pytest.fail("no seed in 0..79 gave a first reply that stops and drifts; raise EOS_BIAS or try more seeds")
 
@@ -252,6 +260,15 @@ async def test_a_length_cut_reply_is_not_continued(server: EmbeddedServer, tok: 
     assert [c.token_in for c in session.calls] == [False, False]
     assert hook.stats(session).reasons == {"first_call": 1, "length": 1}
     assert not rec.completions
+
+
+async def test_a_request_refused_as_ids_is_answered_as_a_chat_call(server: EmbeddedServer, tok: Any) -> None:
+    session, rec, hook, replies = await _stopping_run(server, tok, ["bad:stop at nothing", "user:fine"])
+    assert replies[1]["error"] == 400 and "stop" in replies[1]["message"]  # the server's words, from the chat call
+    assert [(c.status, c.token_in) for c in session.calls] == [(200, False), (400, False), (200, True)]
+    assert hook.stats(session).model_dump() == {
+        "token_in": 1, "plain": 2, "reasons": {"first_call": 1, "upstream_rejected": 1}}
+    assert rec.chats == 2 and len(rec.completions) == 1
 
 
 # -- the pieces ------------------------------------------------------------------------------------
@@ -317,3 +334,32 @@ def test_chat_response_parses_tool_calls_only_with_tools() -> None:
     assert [e["logprob"] for e in out.raw["choices"][0]["logprobs"]["content"]] == [-0.5, -1.0]
     plain = chat_response(parse_completion_response(raw), [1, 2], None, parse_tool_calls)
     assert plain.finish_reason == "stop" and plain.content == text and not plain.tool_calls
+
+
+def _call(seq: int, messages: list[dict[str, Any]], reply: str, tools: Any = None, status: int = 200) -> Any:
+    from verifiers.gateway.records import GatewayCall
+
+    return GatewayCall(seq=seq, started=0.0, messages=messages, tools=tools, status=status,
+                       reply={"role": "assistant", "content": reply},
+                       tokens=TurnTokens(prompt_ids=[seq], completion_ids=[seq], finish_reason="stop"))
+
+
+def test_interleaved_sub_agents_extend_their_own_call() -> None:
+    from verifiers.gateway.token_in import find_extended
+
+    def canon(call: Any) -> list[str]:
+        return [canonical(m) for m in call.messages]
+
+    main = [{"role": "system", "content": "main"}, {"role": "user", "content": "task"}]
+    sub = [{"role": "system", "content": "sub"}, {"role": "user", "content": "part"}]
+    calls = [_call(0, main, "plan"), _call(1, sub, "done"), _call(2, main, "plan")]  # call 2: main asked again
+    nxt = [*main, {"role": "assistant", "content": "plan"}, {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+    found = find_extended(calls, nxt, None, canon)
+    assert not isinstance(found, str) and found[0].seq == 2 and found[1] == nxt[3:]  # the latest that fits
+    found = find_extended(calls, [*sub, {"role": "assistant", "content": "done"}, {"role": "user", "content": "more"}],
+                          None, canon)
+    assert not isinstance(found, str) and found[0].seq == 1  # not the later calls of the main agent
+    assert find_extended(calls, nxt, TOOLS, canon) == "no_earlier_call"  # other tools: other rendered prompt
+    assert find_extended(calls, [*nxt[:3], {"role": "assistant", "content": "mine"}], None, canon) == "tail_not_user_or_tool"
+    assert find_extended([_call(0, main, "plan", status=502)], nxt, None, canon) == "no_earlier_call"
+    assert find_extended(calls, nxt[:3], None, canon) == "no_earlier_call"  # no new message: nothing to continue

@@ -190,7 +190,6 @@ class _SessionState:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.canon: dict[int, list[str]] = {}
-        self.disabled: str | None = None
 
 
 class TokenIn:
@@ -231,8 +230,6 @@ class TokenIn:
     ) -> tuple[list[int], dict[str, Any]] | str:
         """The token-id prompt and completions args for this call, or why it goes as messages."""
         state = self._state(session)
-        if state.disabled is not None:
-            return state.disabled
 
         def canon(call: GatewayCall) -> list[str]:
             if call.seq not in state.canon:
@@ -273,9 +270,8 @@ class TokenIn:
         except OverlongPromptError:
             raise  # the messages would be as long: the session ends the rollout as prompt_too_long
         except BadRequestError:
-            # A server that takes no token-id prompts: this session sends messages from now on.
-            # A request that is bad either way fails again as a chat call, with the server's words.
-            state.disabled = "upstream_rejected"
+            # Refused as token ids: the messages go as a chat call, which answers the program with
+            # the server's own words if the request is bad either way (e.g. the program's `stop`).
             state.counts["upstream_rejected"] += 1
             return None
         state.counts["token_in"] += 1
