@@ -23,7 +23,11 @@ _DUMMY_USER = {"role": "user", "content": "."}
 
 
 class TemplateTail:
-    """Renders continuations with one tokenizer's chat template (torch-free)."""
+    """Renders continuations with one tokenizer's chat template (torch-free).
+
+    Called on the rollout's event loop: give it a tokenizer object that no other thread encodes
+    with at the same time (a fast tokenizer may raise "Already borrowed"), e.g. a copy.
+    """
 
     def __init__(self, tokenizer: Any, **template_kwargs: Any) -> None:
         self.tokenizer = tokenizer
@@ -34,12 +38,10 @@ class TemplateTail:
             self._special_ids.add(int(eos))
 
     def _render(self, messages: list[dict[str, Any]], tools: Any, generation: bool, **kw: Any) -> str:
-        text = apply_chat_template(
+        return str(apply_chat_template(
             self.tokenizer, messages, tools=tools, add_generation_prompt=generation, tokenize=False,
             **{**self.template_kwargs, **kw},
-        )
-        assert isinstance(text, str)
-        return text
+        ))
 
     @cached_property
     def closing(self) -> str | None:
