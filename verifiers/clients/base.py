@@ -47,7 +47,7 @@ class RequestAdapter:
     async def complete(
         self,
         model: str,
-        prompt: str,
+        prompt: str | list[int],
         *,
         sampling_args: SamplingArgs | None = None,
         timeout: float | None = None,

@@ -99,7 +99,8 @@ def make_client(
 @runtime_checkable
 class ChatClient(Protocol):
     """What the rollout engine needs from a model client. Implemented for AsyncOpenAI,
-    OpenAI (sync) and `verifiers.testing.ScriptedClient`."""
+    OpenAI (sync) and `verifiers.testing.ScriptedClient`. ``complete`` takes text or, for
+    servers that accept them (vLLM, the embedded server), a list of token ids."""
 
     async def chat(
         self,
@@ -114,7 +115,7 @@ class ChatClient(Protocol):
     async def complete(
         self,
         model: str,
-        prompt: str,
+        prompt: str | list[int],
         *,
         sampling_args: SamplingArgs | None = None,
         timeout: float | None = None,
