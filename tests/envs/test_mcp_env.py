@@ -418,14 +418,16 @@ async def test_server_that_fails_to_start_is_a_rollout_error_with_its_stderr() -
     assert "its stderr:\ncannot open the database" in err.message
 
 
-def test_missing_mcp_package_names_the_extra(monkeypatch) -> None:
+def test_missing_mcp_package_names_the_extra(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)  # outside the clone: the hint names the clone's path
     for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "mcp", None)  # `import mcp` now raises ImportError
     with pytest.raises(vf.ConfigError) as info:
         vf.MCPToolEnv(mcp_servers=[toy()], dataset=DATA)
     assert "MCPToolEnv needs the 'mcp' package" in str(info.value)
-    assert 'pip install -e ".[mcp]"' in str(info.value)
+    root = Path(__file__).resolve().parents[2]
+    assert f'pip install -e "{root}[mcp]"' in str(info.value)
 
 
 def test_import_verifiers_does_not_import_mcp() -> None:

@@ -363,3 +363,37 @@ def test_interleaved_sub_agents_extend_their_own_call() -> None:
     assert find_extended(calls, [*nxt[:3], {"role": "assistant", "content": "mine"}], None, canon) == "tail_not_user_or_tool"
     assert find_extended([_call(0, main, "plan", status=502)], nxt, None, canon) == "no_earlier_call"
     assert find_extended(calls, nxt[:3], None, canon) == "no_earlier_call"  # no new message: nothing to continue
+
+
+async def test_agent_env_with_the_policy_tokenizer_trains_one_exact_row_per_linear_program(
+        server: EmbeddedServer, tok: Any) -> None:
+    """`AgentEnv(tokenizer=...)` (what `use_tokenizer` gives a trainer's environment) end to end:
+    a real program's follow-up calls go token-in, so its rollout is one growing token sequence."""
+    import sys
+    from pathlib import Path
+
+    import verifiers as vf
+
+    program_path = Path(__file__).parent / "programs" / "chat_once.py"
+    env = vf.AgentEnv(command=[sys.executable, str(program_path), "calls", "3"],
+                      dataset=[{"question": "hello there", "answer": ""}], rubric=vf.Rubric(funcs=[lambda **_: 0.0]),
+                      tokenizer=tok, sampling_args={"temperature": 1.0, "max_tokens": 48})
+    client = make_client(base_url=server.base_url, max_retries=0)
+    try:
+        out = await env.a_generate(env.get_dataset().rows, client, MODEL, rollouts_per_example=4)
+    finally:
+        await client.close()
+    token_in = 0
+    for r in out.results:
+        assert r.error is None, r.error
+        calls = r.state["agent"]["calls"]
+        assert len(calls) == 3
+        for prev, call in zip(calls, calls[1:], strict=False):
+            if prev.finish_reason == "stop":
+                assert call.token_in
+                assert call.tokens.prompt_ids[: len(prev.tokens.prompt_ids) + len(prev.tokens.completion_ids)] == \
+                    prev.tokens.prompt_ids + prev.tokens.completion_ids
+        token_in += r.state["agent"]["token_in_calls"]
+        if all(c.token_in for c in calls[1:]):
+            assert r.token_sequence().prefix_consistent
+    assert token_in >= 2  # most replies end with <|im_end|> (biased), so follow-ups went token-in

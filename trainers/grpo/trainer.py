@@ -102,6 +102,7 @@ class GRPOTrainer:
         self.sync = make_weight_sync(sync_cfg, self.policy.unwrapped(), self.tokenizer, self.out, urls,
                                      log=self.console.print)
         self.env = load_environment(cfg.env_id, **cfg.env_args)
+        self.env.use_tokenizer(self.tokenizer)  # e.g. an agent program's calls then continue token-exactly
         rows = training_rows(self.env, self.tokenizer, cfg, self.console.print)
         self.sampling_args = cfg.sampling_args()
         self.reward_history = []

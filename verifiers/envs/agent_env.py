@@ -66,13 +66,11 @@ class AgentEnv(Environment):
     ``command`` is an argv list (or a string split like a shell would). ``env`` adds variables
     to the program's minimal environment; ``files`` maps relative paths to contents written to
     the working directory before the program starts. ``timeout_s`` bounds one run (the whole
-    process tree is ended); ``max_calls`` / ``max_tokens`` bound its model use. A crash, a
+    process tree is ended); ``max_calls`` / ``max_tokens`` bound its model use; ``tokenizer``
+    (the served policy's; the trainer passes its own) makes later calls token-exact. A crash, a
     non-zero exit, a timeout or a run without model calls is recorded on the rollout, never
     raised out of an evaluation or a training run.
     """
-
-    prompt_from_state = True
-    """The rollout's ``prompt`` is the first call's messages (what the model saw), not the row's."""
 
     def __init__(
         self,
@@ -89,6 +87,7 @@ class AgentEnv(Environment):
         isolation: Isolation = "none",
         max_output_chars: int = 8000,
         token_prompt: Any = None,
+        tokenizer: Any = None,
         **kwargs: Any,
     ) -> None:
         if kwargs.get("message_type", "chat") != "chat":
@@ -112,6 +111,8 @@ class AgentEnv(Environment):
         self.isolation: Isolation = isolation
         self.max_output_chars = max_output_chars
         self.token_prompt = token_prompt
+        if tokenizer is not None:
+            self.use_tokenizer(tokenizer)
 
     # -- one rollout ------------------------------------------------------------------------
     def _workdir(self, prompt: Messages) -> Path:
@@ -177,8 +178,8 @@ class AgentEnv(Environment):
     def _record(self, state: State, session: Session) -> None:
         calls = sorted(session.calls, key=lambda c: c.seq)
         first_prompt, completion = _completion(calls)
-        if first_prompt is not None:
-            state["prompt"] = first_prompt
+        if first_prompt is not None:  # the rollout's prompt is what the model saw, not the row
+            state["prompt"] = state["rollout_prompt"] = first_prompt
         state["completion"] = completion
         state["tokens"] = session.turn_tokens()
         state["turn"] = sum(1 for c in calls if c.reply is not None)
@@ -213,6 +214,17 @@ class AgentEnv(Environment):
                                     "call(s)" + (f"; stderr ends with: {tail}" if tail else ""))
         state["stop_reason"] = "completed"
         return state
+
+    def use_tokenizer(self, tokenizer: Any, max_model_len: int | None = None) -> None:
+        """Send a program's calls that extend an earlier call as that call's exact ids plus the new
+        tail (token-in, `verifiers.gateway.token_in`): re-tokenising sampled text can then never
+        drift. ``tokenizer`` is the served policy's; the trainer passes it. A copy is kept: a fast
+        tokenizer used from two threads at once raises."""
+        import copy
+
+        from verifiers.gateway import token_prompt_for
+
+        self.token_prompt = token_prompt_for(copy.deepcopy(tokenizer), max_model_len=max_model_len)
 
     async def cleanup_state(self, state: State) -> None:
         session = state.get("agent_session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from verifiers._helpers import maybe_await
 from verifiers.envs.environment import Environment, _FormattedDataset
 from verifiers.errors import ConfigError, EnvError
 from verifiers.rubrics.rubric import Rubric
@@ -104,3 +105,12 @@ class EnvGroup(Environment):
         env = self.env_map.get(state.get("task", ""))
         if env is not None:
             await env.cleanup_state(state)
+
+    async def release_state(self, state: State) -> None:
+        release = getattr(self.env_map.get(state.get("task", "")), "release_state", None)
+        if release is not None:
+            await maybe_await(release(state))
+
+    def use_tokenizer(self, tokenizer: Any) -> None:
+        for env in self.envs:
+            env.use_tokenizer(tokenizer)

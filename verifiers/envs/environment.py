@@ -202,6 +202,11 @@ class Environment(ABC):
             return self.get_dataset(n, seed)
         return self.eval_dataset.subset(n, seed).as_hf()
 
+    def use_tokenizer(self, tokenizer: Any) -> None:
+        """Called by the trainer with the policy's tokenizer. Nothing to do by default;
+        `AgentEnv` uses it to send an agent program's later calls as exact token ids."""
+        return None
+
     def get_reward_funcs(self) -> list[Any]:
         return self.rubric.get_reward_funcs()
 

@@ -83,8 +83,8 @@ async def run_single(
         completion = "" if isinstance(inp.prompt, str) else []
     usage = state.get("usage")
     prompt = inp.prompt
-    if getattr(env, "prompt_from_state", False) and isinstance(state.get("prompt"), (list, str)):
-        prompt = state["prompt"]  # e.g. AgentEnv: the program's first call, what the model saw
+    if isinstance(state.get("rollout_prompt"), (list, str)):
+        prompt = state["rollout_prompt"]  # e.g. AgentEnv: the program's first call, what the model saw
     return RolloutResult(
         example_id=inp.example_id,
         group_id=inp.group_id,

@@ -25,10 +25,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from verifiers.errors import ConfigError, ToolError, ToolExecutionError
+from verifiers.install_hint import install_command
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = 'pip install -e ".[mcp]" in your verifiers clone (or: pip install "mcp>=2,<3")'
 CONNECTION_CLOSED = -32000  # JSON-RPC code the SDK (1.x and 2.x) raises when the server's pipe closed
 _STDERR_TAIL = 2000
 
@@ -82,7 +82,8 @@ def require_mcp(what: str) -> None:
     try:
         import mcp.client.stdio  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(f"{what} needs the 'mcp' package, which is not installed: {INSTALL_HINT}") from exc
+        raise ConfigError(f"{what} needs the 'mcp' package, which is not installed: "
+                          f"{install_command('mcp')} (or: pip install \"mcp>=2,<3\")") from exc
 
 
 def field(obj: Any, snake: str, camel: str) -> Any:

@@ -20,6 +20,7 @@ Design (docs/scaling.md, "Ray"):
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 from collections.abc import Sequence
@@ -72,6 +73,9 @@ class WorkerSpec:
     api_key: str = "EMPTY"
     """The key of the engine's HTTP server (a fresh secret per run; see `start_ray_rollouts`)."""
     request_timeout_s: float = 600.0
+    tokenizer_path: str | None = None
+    """The policy's tokenizer, for environments that take one (`Environment.use_tokenizer`: an
+    agent program's calls continue earlier calls token-exactly); skipped where the path is absent."""
 
 
 class RolloutWorker:
@@ -82,6 +86,10 @@ class RolloutWorker:
         self.store = store
         self.index = index
         self.env: Environment = load_environment(spec.env_id, **spec.env_args)
+        if spec.tokenizer_path and os.path.isdir(spec.tokenizer_path):
+            from transformers import AutoTokenizer
+
+            self.env.use_tokenizer(AutoTokenizer.from_pretrained(spec.tokenizer_path))
         self.client = make_client(spec.base_url, api_key=spec.api_key, timeout=spec.request_timeout_s)
         self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
 
@@ -276,7 +284,8 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
         spec = WorkerSpec(env_id=cfg.env_id, env_args=dict(cfg.env_args), base_url=f"http://{host}:{server.port}/v1",
                           model_name=cfg.server_model_name, sampling_args=sampling_args,
                           max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
-                          put_timeout_s=rc.put_timeout_s, api_key=key)
+                          put_timeout_s=rc.put_timeout_s, api_key=key,
+                          tokenizer_path=getattr(engine.tokenizer, "name_or_path", None) or None)
         generator = RayBatchGenerator(
             env, rows, spec=spec, store=store, num_workers=rc.num_workers, worker_num_cpus=rc.worker_num_cpus,
             max_worker_restarts=rc.max_worker_restarts, prompts_per_step=cfg.prompts_per_step,
