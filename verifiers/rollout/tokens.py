@@ -15,11 +15,25 @@ from typing import Any
 
 from verifiers.errors import EnvError
 
-# TokenSequence and assemble_tokens live in verifiers.types (RolloutResult.token_sequence
-# returns one); this module keeps their old import path.
-from verifiers.types import ProcessedOutputs, TokenSequence, TurnTokens, assemble_tokens
+# TokenSequence, assemble_tokens and split_token_rows live in verifiers.types
+# (RolloutResult.token_sequence / token_rows use them); this module keeps their import path.
+from verifiers.types import (
+    ProcessedOutputs,
+    TokenSequence,
+    TurnTokens,
+    assemble_tokens,
+    prefix_breaks,
+    split_token_rows,
+)
 
-__all__ = ["TokenSequence", "TurnTokens", "assemble_tokens", "process_results_from_tokens"]
+__all__ = [
+    "TokenSequence",
+    "TurnTokens",
+    "assemble_tokens",
+    "prefix_breaks",
+    "process_results_from_tokens",
+    "split_token_rows",
+]
 
 
 def process_results_from_tokens(
