@@ -116,20 +116,22 @@ class BatchAssembler:
         return [self.expert[rng.randrange(len(self.expert))] for _ in range(k)]
 
     def rollout_advantages(self, rows: list[TrainRow], batch: TrainBatch) -> tuple[torch.Tensor, GroupStats]:
-        """The RL rows' advantages: computed once per rollout (groups are of rollouts, not rows), then
-        copied to each of its rows. ``rows`` are the batch's rows in order, RL rows first."""
+        """The RL rows' advantages, in the order of the RL rows in ``rows``: computed once per rollout
+        (groups are of rollouts, not rows; a rollout of five rows must not count five times in its
+        group's mean and std), then copied to each of its rows. ``batch`` gives the device."""
         position: dict[int, int] = {}  # rollout key -> its place among the rollouts
-        firsts: list[int] = []  # each rollout's first row
+        firsts: list[TrainRow] = []  # each rollout's first row
         owner: list[int] = []  # each RL row's rollout
         for i, row in enumerate(r for r in rows if not r.is_expert):
             key = row.rollout if row.rollout >= 0 else -1 - i
             if key not in position:
                 position[key] = len(firsts)
-                firsts.append(i)
+                firsts.append(row)
             owner.append(position[key])
         device = batch.rewards.device
-        first = torch.tensor(firsts, dtype=torch.long).to(device)
-        per_rollout, stats = self.advantages(batch.rewards.index_select(0, first), batch.group_ids.index_select(0, first))
+        rewards = torch.tensor([row.reward for row in firsts], dtype=torch.float32).to(device)
+        groups = torch.tensor([row.group for row in firsts], dtype=torch.long).to(device)
+        per_rollout, stats = self.advantages(rewards, groups)
         return per_rollout.index_select(0, torch.tensor(owner, dtype=torch.long).to(device)), stats
 
     def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, GroupStats]:
