@@ -155,8 +155,8 @@ class TokenSequence(BaseModel):
     completion_mask: list[int] = Field(default_factory=list)
     completion_logprobs: list[float] = Field(default_factory=list)
     prefix_consistent: bool = True
-    """False when a turn's prompt did not extend the previous turn's tokens; such a
-    rollout cannot be trained on token-exactly and should be dropped or re-tokenised."""
+    """False when a turn's prompt did not extend the previous turn's tokens; such a rollout
+    is not one sequence: `split_token_rows` gives its calls as several rows instead."""
 
 
 def assemble_tokens(turns: Sequence[TurnTokens]) -> TokenSequence:
@@ -184,6 +184,60 @@ def assemble_tokens(turns: Sequence[TurnTokens]) -> TokenSequence:
         out.completion_logprobs.extend(logprobs)
         seen.extend(turn.completion_ids)
     return out
+
+
+def split_token_rows(turns: Sequence[TurnTokens]) -> list[TokenSequence]:
+    """The model calls of one rollout as the fewest token rows that each grow by prefix.
+
+    An agent program's calls need not form one growing history: a summary that replaces the
+    transcript (compaction), a chat template that strips earlier turns' reasoning, or a
+    sub-agent with its own conversation each start a prompt that does not extend what came
+    before. Such calls are not dropped; they start another row. Calls are taken in order; a
+    call joins the row whose context (its last call's prompt + completion) is the *longest*
+    exact token prefix of the call's prompt: the prompt tokens beyond that context (tool and
+    environment text, a sub-agent's answer) are added with mask 0 and logprob 0, then the
+    completion with mask 1 and its logprobs. A call that extends no row opens a new one whose
+    prompt is its own prompt ids. A call identical to an earlier one (same prompt and
+    completion ids: a replayed retry) adds nothing, so every sampled token is trained in
+    exactly one row. ``len(rows) - 1`` is the number of prefix breaks (`prefix_breaks`).
+    A linear history gives one row equal to `assemble_tokens`'s sequence.
+    """
+    rows: list[TokenSequence] = []
+    contexts: list[list[int]] = []  # each row's prompt + completion ids so far
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for turn in turns:
+        key = (tuple(turn.prompt_ids), tuple(turn.completion_ids))
+        if key in seen:
+            continue
+        seen.add(key)
+        prompt = list(turn.prompt_ids)
+        best = -1
+        for i, ctx in enumerate(contexts):
+            if len(ctx) <= len(prompt) and prompt[: len(ctx)] == ctx and (best < 0 or len(ctx) > len(contexts[best])):
+                best = i
+        if best < 0:
+            rows.append(TokenSequence(prompt_ids=prompt))
+            contexts.append(list(prompt))
+            best = len(rows) - 1
+        row, ctx = rows[best], contexts[best]
+        inserted = prompt[len(ctx) :]
+        row.completion_ids.extend(inserted)
+        row.completion_mask.extend([0] * len(inserted))
+        row.completion_logprobs.extend([0.0] * len(inserted))
+        logprobs = list(turn.completion_logprobs)
+        if len(logprobs) != len(turn.completion_ids):
+            logprobs = [0.0] * len(turn.completion_ids)
+        row.completion_ids.extend(turn.completion_ids)
+        row.completion_mask.extend([1] * len(turn.completion_ids))
+        row.completion_logprobs.extend(logprobs)
+        ctx.extend(inserted)
+        ctx.extend(turn.completion_ids)
+    return rows
+
+
+def prefix_breaks(rows: Sequence[TokenSequence]) -> int:
+    """Calls that opened a row after the first (`split_token_rows`'s rows minus one, never negative)."""
+    return max(len(rows) - 1, 0)
 
 
 class Usage(BaseModel):
@@ -257,6 +311,11 @@ class RolloutResult(BaseModel):
     def token_sequence(self) -> TokenSequence:
         """All model calls as one sequence with a loss mask (`TokenSequence`)."""
         return assemble_tokens(self.tokens)
+
+    def token_rows(self) -> list[TokenSequence]:
+        """The model calls as training rows that each grow by prefix (`split_token_rows`): one row
+        for a linear history, more when a call's prompt does not extend an earlier call."""
+        return split_token_rows(self.tokens)
 
 
 class GenerateOutputs(BaseModel):
@@ -398,4 +457,6 @@ __all__ = [
     "Usage",
     "as_tool_calls",
     "assemble_tokens",
+    "prefix_breaks",
+    "split_token_rows",
 ]

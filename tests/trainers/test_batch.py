@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import verifiers as vf
-from trainers.grpo.data.batch import TrainRow, collate, expert_rows, row_from_result
+from trainers.grpo.data.batch import TrainRow, collate, expert_rows, row_from_result, rows_from_result
 from verifiers.types import RolloutResult, TurnTokens
 
 pytest.importorskip("transformers")
@@ -137,9 +137,10 @@ async def test_rollouts_without_token_data_are_dropped(client: Any) -> None:
     assert row_from_result(results[0], 0, 4096, "truncate") is None
 
 
-def test_inconsistent_prefix_is_dropped() -> None:
-    """A later prompt that does not extend the earlier turn (re-tokenised history) cannot be
-    trained on token-exactly."""
+def test_inconsistent_prefix_is_two_rows() -> None:
+    """A later prompt that does not extend the earlier turn (re-tokenised history) is not one
+    sequence: it becomes a second row of the rollout (`rows_from_result`), not a dropped rollout;
+    the single-row view (`row_from_result`) has no one row to give."""
     r = RolloutResult(
         example_id=0, prompt=[], completion=[],
         tokens=[
@@ -148,6 +149,10 @@ def test_inconsistent_prefix_is_dropped() -> None:
         ],
     )
     assert row_from_result(r, 0, 4096, "truncate") is None
+    rows = rows_from_result(r, 0, 4096, "truncate", rollout=3)
+    assert [row.input_ids for row in rows] == [[1, 2, 3, 4, 5], [1, 2, 3, 9, 5, 7, 8]]
+    assert [row.loss_mask for row in rows] == [[0, 0, 1, 1], [0, 0, 0, 0, 0, 1]]
+    assert [row.rollout for row in rows] == [3, 3]
 
 
 def _row(n_prompt: int, n_comp: int, *, group: int, reward: float) -> TrainRow:

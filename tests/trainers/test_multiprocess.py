@@ -295,22 +295,26 @@ def load_helper() -> ModuleType:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("rows", ["one_per_rollout", "split"])
 def test_learner_step_split_over_two_ranks_equals_one_process(
-    tmp_path: Path, dense_env_dir: Path, train_config: Callable[..., TrainConfig]
+    tmp_path: Path, dense_env_dir: Path, train_config: Callable[..., TrainConfig], rows: str
 ) -> None:
     """A fixed batch of 4 groups: 2 ranks x 2 groups (2 micro-batches each, so `no_sync` is used)
     against 1 process x 4 groups. Without the global normaliser the entropy would double; without
-    the world-size scaling DDP's average would halve the gradient."""
+    the world-size scaling DDP's average would halve the gradient. ``split``: each group's first
+    rollout is two rows (advantage once per rollout, counted once by the normaliser)."""
+    split = rows == "split"
     settings = {"prompts_per_step": 4, "gradient_accumulation_steps": 2, "learning_rate": 1e-2}
     cfg = train_config(tmp_path / "one", **settings)
     before = torch.get_num_threads()
     try:
-        one = load_helper().learner_step(write_config(cfg, tmp_path / "one.json"), tmp_path / "one")
+        one = load_helper().learner_step(write_config(cfg, tmp_path / "one.json"), tmp_path / "one", split)
     finally:
         torch.set_num_threads(before)
     cfg2 = train_config(tmp_path / "two", **settings)
     code, output = accelerate_launch([str(HERE / "mp_learner_step.py"), str(write_config(cfg2, tmp_path / "two.json")),
-                                      str(tmp_path / "two")], dense_env_dir, tmp_path / "two.log")
+                                      str(tmp_path / "two"), *(["split"] if split else [])], dense_env_dir,
+                                     tmp_path / "two.log")
     assert code == 0, output[-4000:]
     ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["world_size"] for r in ranks] == [2, 2]

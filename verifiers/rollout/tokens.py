@@ -6,6 +6,10 @@ re-tokenised text differs from what was sampled. Instead, each model call
 records the prompt ids the server saw and the ids it sampled. Turn k+1's prompt
 starts with turn k's prompt + completion; what follows is environment or tool
 text, which is kept for context but masked out of the loss.
+
+Agent programs break that relation (a summary replaces the transcript, the template strips
+earlier reasoning, a sub-agent has its own conversation): `split_token_rows` then gives the
+calls as several rows, each growing by prefix, every sampled token in exactly one of them.
 """
 
 from __future__ import annotations
@@ -15,11 +19,25 @@ from typing import Any
 
 from verifiers.errors import EnvError
 
-# TokenSequence and assemble_tokens live in verifiers.types (RolloutResult.token_sequence
-# returns one); this module keeps their old import path.
-from verifiers.types import ProcessedOutputs, TokenSequence, TurnTokens, assemble_tokens
+# TokenSequence, assemble_tokens and split_token_rows live in verifiers.types
+# (RolloutResult.token_sequence / token_rows use them); this module keeps their import path.
+from verifiers.types import (
+    ProcessedOutputs,
+    TokenSequence,
+    TurnTokens,
+    assemble_tokens,
+    prefix_breaks,
+    split_token_rows,
+)
 
-__all__ = ["TokenSequence", "TurnTokens", "assemble_tokens", "process_results_from_tokens"]
+__all__ = [
+    "TokenSequence",
+    "TurnTokens",
+    "assemble_tokens",
+    "prefix_breaks",
+    "process_results_from_tokens",
+    "split_token_rows",
+]
 
 
 def process_results_from_tokens(
@@ -50,8 +68,8 @@ def process_results_from_tokens(
         seq = assemble_tokens(turns)
         if not seq.prefix_consistent:
             raise EnvError(
-                f"rollout {i}: a turn's prompt does not extend the previous turn's tokens, so it cannot "
-                "be assembled token-exactly"
+                f"rollout {i}: a turn's prompt does not extend the previous turn's tokens, so it is not one "
+                "token sequence; split_token_rows (RolloutResult.token_rows) gives its calls as several rows"
             )
         prompt_ids = list(seq.prompt_ids)
         prompt_mask = [0] * len(prompt_ids)

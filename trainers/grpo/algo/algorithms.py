@@ -243,6 +243,7 @@ def compute_loss(
     is_expert: Tensor | None = None,
     entropy: Tensor | None = None,
     normalizer: LossNormalizer,
+    sequence_tokens: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss of one micro-batch: the only loss function the trainer calls.
 
@@ -251,7 +252,9 @@ def compute_loss(
     ``is_expert`` is ``[B]`` bool. ``old_logp=None`` means on-policy (old = logp detached, so
     the ratio is 1). ``loss_mask`` must already exclude truncated completions when the preset
     masks them (:func:`trainers.grpo.algo.losses.mask_truncated`), and ``normalizer`` must come from
-    the whole optimizer-step batch with the same mask.
+    the whole optimizer-step batch with the same mask. ``sequence_tokens`` ``[B]`` gives each
+    row's rollout's trained tokens over that batch (:func:`trainers.grpo.algo.losses.rollout_token_counts`)
+    when a rollout may be several rows; the sequence-mean aggregation then weighs a rollout once.
 
     Per RL token: policy loss x off-policy weight + beta x KL - entropy_coef x entropy,
     aggregated by ``preset.aggregation``. Expert rows (MIX) get -logp aggregated by
@@ -284,7 +287,9 @@ def compute_loss(
     per_token = _kl_term(preset, per_token, logp, ref_logp, rl_mask, normalizer, metrics)
     per_token = _entropy_term(preset, per_token, entropy, rl_mask, normalizer, metrics)
 
-    rl_loss = AGGREGATIONS[preset.aggregation](per_token, rl_mask, normalizer)
+    if sequence_tokens is not None and sequence_tokens.shape != (logp.shape[0],):
+        raise ConfigError(f"sequence_tokens must be [batch]={logp.shape[0]}, got {tuple(sequence_tokens.shape)}")
+    rl_loss = AGGREGATIONS[preset.aggregation](per_token, rl_mask, normalizer, sequence_tokens=sequence_tokens)
     if preset.mix is None:
         loss = rl_loss
     else:

@@ -19,6 +19,14 @@ optimizer-step batch (:class:`LossNormalizer`), never by counts of the micro-bat
 Every aggregation is then a plain sum over rows, so the losses of any split into micro-batches
 add up to exactly the full-batch loss and the accumulated gradient does not depend on the
 split (a complaint about TRL's early per-micro-batch means, see ANCHORS §6).
+
+Rollouts of several rows. An agent's rollout whose model calls are not one growing history
+is trained as several rows (`trainers.grpo.data.batch.rows_from_result`). The unit of the
+sequence-level mean is the rollout, not the row: :class:`LossNormalizer` counts rollouts
+(``rollout_ids``), and ``aggregate_grpo`` divides each row's token sum by its rollout's
+trained tokens (``sequence_tokens``, :func:`rollout_token_counts`), so a rollout split into
+five rows weighs what the same tokens in one row would. Token-level aggregations (bnpo,
+dr_grpo) sum tokens, which a split does not multiply; dr_grpo's divisor counts rollouts.
 """
 
 from __future__ import annotations
@@ -42,8 +50,9 @@ LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios before exp so one wild token ca
 class LossNormalizer(BaseModel):
     """Counts over the whole optimizer-step batch, computed once, shared by all micro-batches.
 
-    ``num_sequences`` / ``num_active_tokens`` count the RL rows (not expert rows) that have at
-    least one / every trained token; ``num_expert_*`` count the expert (SFT) rows of a MIX
+    ``num_sequences`` counts the RL rollouts (not expert rows) with at least one trained token
+    (a rollout of several rows counts once; without ``rollout_ids`` every row is a rollout);
+    ``num_active_tokens`` counts every trained RL token; ``num_expert_*`` count the expert (SFT) rows of a MIX
     batch. ``max_completion_len`` is the Dr. GRPO constant, normally the configured
     ``max_tokens`` (so it does not change with how long this batch's completions were).
 
@@ -67,16 +76,24 @@ class LossNormalizer(BaseModel):
         *,
         is_expert: Tensor | None = None,
         max_completion_len: int | None = None,
+        rollout_ids: Tensor | None = None,
     ) -> LossNormalizer:
-        """Counts from the full batch's ``[N, T]`` loss mask (after truncation masking)."""
+        """Counts from the full batch's ``[N, T]`` loss mask (after truncation masking);
+        ``rollout_ids`` ``[N]`` marks the rows of one rollout (None: each row is one)."""
         if loss_mask.dim() != 2:
             raise ConfigError(f"loss_mask must be [batch, tokens], got shape {tuple(loss_mask.shape)}")
         m = loss_mask.to(torch.bool)
         expert = expert_rows(is_expert, m.shape[0], m.device)
         per_row = m.sum(-1)
         has_tokens = per_row > 0
+        rl_rows = has_tokens & ~expert
+        if rollout_ids is None:
+            num_sequences = int(rl_rows.sum())
+        else:
+            _check_rollout_ids(rollout_ids, m.shape[0])
+            num_sequences = int(torch.unique(rollout_ids[rl_rows]).numel())
         return cls(
-            num_sequences=int((has_tokens & ~expert).sum()),
+            num_sequences=num_sequences,
             num_active_tokens=int(per_row[~expert].sum()),
             max_completion_len=max_completion_len if max_completion_len is not None else max(m.shape[1], 1),
             num_expert_sequences=int((has_tokens & expert).sum()),
@@ -105,6 +122,25 @@ class LossNormalizer(BaseModel):
         )
 
 
+def _check_rollout_ids(rollout_ids: Tensor, n: int) -> None:
+    if rollout_ids.shape != (n,):
+        raise ConfigError(f"rollout_ids must be [batch]={n}, got shape {tuple(rollout_ids.shape)}")
+
+
+def rollout_token_counts(loss_mask: Tensor, rollout_ids: Tensor) -> Tensor:
+    """``[N]``: for each row, the trained tokens of its whole rollout (all rows with its id).
+
+    Taken over the full step batch once (like `LossNormalizer`), so a rollout whose rows land
+    in different micro-batches is still divided by its whole count.
+    """
+    _check_rollout_ids(rollout_ids, loss_mask.shape[0])
+    per_row = loss_mask.to(torch.bool).sum(-1)
+    _, inverse = torch.unique(rollout_ids, return_inverse=True)
+    totals = torch.zeros(loss_mask.shape[0], dtype=per_row.dtype, device=per_row.device)
+    totals.index_add_(0, inverse, per_row)
+    return totals[inverse]
+
+
 def expert_rows(is_expert: Tensor | None, n: int, device: torch.device) -> Tensor:
     """``is_expert`` as a ``[n]`` bool tensor (all False when None), shape-checked."""
     if is_expert is None:
@@ -116,7 +152,11 @@ def expert_rows(is_expert: Tensor | None, n: int, device: torch.device) -> Tenso
 
 # ----------------------------------------------------------------------------- aggregation
 class AggregationFn(Protocol):
-    def __call__(self, per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer) -> Tensor: ...
+    """``sequence_tokens`` ``[B]`` (optional): each row's rollout's trained tokens, for aggregations
+    that average per sequence (a rollout of several rows is one sequence); None: each row's own."""
+
+    def __call__(self, per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer,
+                 sequence_tokens: Tensor | None = None) -> Tensor: ...
 
 
 def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -125,33 +165,43 @@ def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return kept.sum() if dim is None else kept.sum(dim)
 
 
-def aggregate_grpo(per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer) -> Tensor:
+def aggregate_grpo(per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer,
+                   sequence_tokens: Tensor | None = None) -> Tensor:
     """GRPO paper: mean over each sequence's tokens, then mean over sequences.
 
     Every sequence weighs the same whatever its length, so a token of a long completion
     counts less than one of a short completion (the length bias Dr. GRPO points out).
     Sequences without any trained token contribute 0 and are not counted (as in verl).
+    The sequence is the rollout: with ``sequence_tokens`` each row's sum is divided by its
+    rollout's trained tokens, so the rows of a split rollout together make one mean.
     """
     m = mask.to(torch.bool)
-    lengths = m.sum(-1).clamp(min=1).to(per_token_loss.dtype)
+    counts = m.sum(-1) if sequence_tokens is None else sequence_tokens
+    lengths = counts.clamp(min=1).to(per_token_loss.dtype)
     per_sequence = masked_sum(per_token_loss, m, dim=-1) / lengths
     return per_sequence.sum() / max(normalizer.num_sequences, 1)
 
 
-def aggregate_bnpo(per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer) -> Tensor:
+def aggregate_bnpo(per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer,
+                   sequence_tokens: Tensor | None = None) -> Tensor:
     """BNPO / DAPO token-level mean: sum over all trained tokens / number of trained tokens.
 
-    Every token weighs the same, so long completions are not under-weighted.
+    Every token weighs the same, so long completions are not under-weighted (and a rollout
+    split into rows weighs its tokens, whatever the split: ``sequence_tokens`` is not needed).
     """
+    del sequence_tokens
     return masked_sum(per_token_loss, mask) / max(normalizer.num_active_tokens, 1)
 
 
-def aggregate_dr_grpo(per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer) -> Tensor:
+def aggregate_dr_grpo(per_token_loss: Tensor, mask: Tensor, normalizer: LossNormalizer,
+                      sequence_tokens: Tensor | None = None) -> Tensor:
     """Dr. GRPO: sum over trained tokens / (number of sequences x max completion length).
 
     The divisor is a constant of the run, so neither completion length nor the number of
-    trained tokens in the batch rescales the gradient.
+    trained tokens in the batch rescales the gradient. Sequences are rollouts (the
+    normaliser's count), so splitting a rollout into rows changes nothing.
     """
+    del sequence_tokens
     denom = max(normalizer.num_sequences, 1) * normalizer.max_completion_len
     return masked_sum(per_token_loss, mask) / denom
 

@@ -2,6 +2,12 @@
 
 Advantages and metrics are computed over the global batch (every rank's rows), so a run in
 several processes logs and normalises what one process would.
+
+A rollout whose model calls are not one growing history gives several rows. Groups are of
+rollouts, not rows: the advantage is computed once per rollout (a rollout of five rows does
+not count five times in its group's mean and std) and copied to its rows; the rollout metrics
+count rollouts, with ``rollouts/rows_per_rollout`` and ``rollouts/prefix_breaks`` saying how
+often histories were split.
 """
 
 from __future__ import annotations
@@ -14,10 +20,10 @@ import torch
 from trainers.grpo.algo.advantages import GroupStats, get_advantage_fn, group_stats
 from trainers.grpo.algo.algorithms import AlgorithmPreset
 from trainers.grpo.algo.losses import expert_count
-from trainers.grpo.data.batch import TrainBatch, TrainRow, collate, row_from_result
+from trainers.grpo.data.batch import TrainBatch, TrainRow, collate, rows_from_sequences
 from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import ConfigError, ServerError
-from verifiers.types import RolloutResult
+from verifiers.types import RolloutResult, prefix_breaks
 
 
 def no_rows_reason(results: list[RolloutResult], step: int, max_seq_len: int) -> str:
@@ -38,13 +44,14 @@ def no_rows_reason(results: list[RolloutResult], step: int, max_seq_len: int) ->
         first = next(r.error for r in failed if r.error is not None)
         return (f"every rollout of step {step + 1} ended with an error before the model answered "
                 f"({', '.join(kinds)}): the first said {first.where}: {first.message[:300]}")
-    seqs = [r.token_sequence() for r in results if r.tokens]
+    seqs = [s for r in results for s in r.token_rows() if any(s.completion_mask)]
     lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in seqs]
     if lengths and min(lengths) > max_seq_len:
         return (f"every rollout of step {step + 1} is longer than max_seq_len = {max_seq_len} tokens (the shortest "
-                f"has {min(lengths)}): raise max_seq_len, or lower max_tokens / shorten the prompts")
-    return (f"no rollout of step {step + 1} gave a training row: multi-turn histories that are not one growing "
-            "prefix of token ids, or empty completions")
+                f"token row has {min(lengths)}): raise max_seq_len, or lower max_tokens / shorten the prompts")
+    return (f"no rollout of step {step + 1} gave a training row: the model sampled no tokens (empty completions)"
+            + (f", or every token row is longer than max_seq_len = {max_seq_len} with overlong = 'drop'"
+               if lengths else ""))
 
 
 SERVER_ERRORS = {"ServerError", "ModelTimeoutError", "RolloutTimeoutError", "EmptyResponseError"}
@@ -63,28 +70,34 @@ class BatchAssembler:
 
     def build(self, groups: list[list[RolloutResult]], step: int, device: Any) -> tuple[TrainBatch, dict[str, float]]:
         """The batch for step ``step + 1`` on ``device``, with its advantages, and the rollout metrics."""
-        rows = self._rows(groups, step)
+        rows, breaks = self._rows(groups, step)
         all_results = [r for rs in groups for r in rs]
+        num_rollouts = len({row.rollout for row in rows})
         if self.expert:
-            rows += self._expert_rows(len(rows), step)
+            rows += self._expert_rows(num_rollouts, step)
         batch = collate(rows, self.pad_id).to(device)
         rl = ~batch.is_expert
         adv = torch.zeros(len(batch), device=batch.rewards.device)
-        adv[rl], stats = self.advantages(batch.rewards[rl], batch.group_ids[rl])
+        adv[rl], stats = self.rollout_advantages(rows, batch)
         batch.advantages = adv
-        return batch, self.metrics(all_results, rows, batch, stats)
+        return batch, self.metrics(all_results, rows, batch, stats, breaks)
 
-    def _rows(self, groups: list[list[RolloutResult]], step: int) -> list[TrainRow]:
-        """The token rows of the rollouts; an error naming the cause when none has token data."""
+    def _rows(self, groups: list[list[RolloutResult]], step: int) -> tuple[list[TrainRow], int]:
+        """The token rows of the rollouts (each keyed by its rollout's running index) and the number
+        of prefix breaks among them; an error naming the cause when no rollout gives a row."""
         cfg = self.cfg
         rows: list[TrainRow] = []
+        breaks = rollouts = 0
         for g, rs in enumerate(groups):
             for r in rs:
-                row = row_from_result(r, g, cfg.max_seq_len, cfg.overlong)
-                if row is not None:
-                    rows.append(row)
+                seqs = r.token_rows()
+                got = rows_from_sequences(seqs, r, g, cfg.max_seq_len, cfg.overlong, rollout=rollouts)
+                if got:
+                    rollouts += 1
+                    breaks += prefix_breaks(seqs)
+                    rows.extend(got)
         if rows:
-            return rows
+            return rows, breaks
         all_results = [r for rs in groups for r in rs]
         errors = sorted({r.error.type for r in all_results if r.error})
         if errors and all(r.error is not None for r in all_results) and set(errors) <= SERVER_ERRORS:
@@ -102,6 +115,25 @@ class BatchAssembler:
         rng = random.Random(self.cfg.seed * 7919 + step + 1_000_003 * self.dist.rank)
         return [self.expert[rng.randrange(len(self.expert))] for _ in range(k)]
 
+    def rollout_advantages(self, rows: list[TrainRow], batch: TrainBatch) -> tuple[torch.Tensor, GroupStats]:
+        """The RL rows' advantages, in the order of the RL rows in ``rows``: computed once per rollout
+        (groups are of rollouts, not rows; a rollout of five rows must not count five times in its
+        group's mean and std), then copied to each of its rows. ``batch`` gives the device."""
+        position: dict[int, int] = {}  # rollout key -> its place among the rollouts
+        firsts: list[TrainRow] = []  # each rollout's first row
+        owner: list[int] = []  # each RL row's rollout
+        for i, row in enumerate(r for r in rows if not r.is_expert):
+            key = row.rollout if row.rollout >= 0 else -1 - i
+            if key not in position:
+                position[key] = len(firsts)
+                firsts.append(row)
+            owner.append(position[key])
+        device = batch.rewards.device
+        rewards = torch.tensor([row.reward for row in firsts], dtype=torch.float32).to(device)
+        groups = torch.tensor([row.group for row in firsts], dtype=torch.long).to(device)
+        per_rollout, stats = self.advantages(rewards, groups)
+        return per_rollout.index_select(0, torch.tensor(owner, dtype=torch.long).to(device)), stats
+
     def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, GroupStats]:
         """This rank's advantages and the group metrics, computed over every rank's rows.
 
@@ -114,14 +146,26 @@ class BatchAssembler:
         return adv[offset : offset + len(rewards)], group_stats(all_rewards, all_groups)
 
     def metrics(self, results: list[RolloutResult], rows: list[TrainRow], batch: TrainBatch,
-                stats: GroupStats) -> dict[str, float]:
-        """The step's rollout metrics over the global batch (sums and counts added over ranks)."""
-        rl = ~batch.is_expert
-        lengths = [sum(r.loss_mask) for r in rows if not r.is_expert]
+                stats: GroupStats, breaks: int = 0) -> dict[str, float]:
+        """The step's rollout metrics over the global batch (sums and counts added over ranks).
+
+        Lengths and the clipped ratio are per trained rollout (a rollout of several rows: its
+        rows' trained tokens together; clipped when one of its rows is). ``rollouts/trained``
+        counts rollouts, ``rollouts/rows_per_rollout`` their mean number of rows and
+        ``rollouts/prefix_breaks`` the model calls that did not extend an earlier call.
+        """
+        del batch  # the rows say it all (kept in the signature for callers)
+        lengths: dict[int, int] = {}
+        clipped: dict[int, bool] = {}
+        for i, row in enumerate(r for r in rows if not r.is_expert):
+            key = row.rollout if row.rollout >= 0 else -1 - i
+            lengths[key] = lengths.get(key, 0) + sum(row.loss_mask)
+            clipped[key] = clipped.get(key, False) or row.is_truncated
         local = {
             "reward": sum(r.reward for r in results), "n/results": len(results),
-            "lengths": sum(lengths), "n/lengths": len(lengths),
-            "clipped": float(batch.is_truncated[rl].sum()), "n/rl": float(rl.sum()),
+            "lengths": sum(lengths.values()), "n/lengths": len(lengths),
+            "clipped": float(sum(clipped.values())), "n/rl": float(len(lengths)),
+            "rows": float(sum(1 for r in rows if not r.is_expert)), "prefix_breaks": float(breaks),
             "errors": sum(1 for r in results if r.error),
             "scoring_errors": sum(1 for r in results if r.scoring_errors),
         }
@@ -135,11 +179,13 @@ class BatchAssembler:
             "reward_std": float(stats.reward_std),
             "frac_reward_zero_std": float(stats.frac_reward_zero_std),
             "completions/mean_length": tot["lengths"] / tot["n/lengths"],
-            "completions/max_length": self.dist.max_values({"m": float(max(lengths))})["m"],
+            "completions/max_length": self.dist.max_values({"m": float(max(lengths.values()))})["m"],
             "completions/clipped_ratio": tot["clipped"] / tot["n/rl"],
             "rollouts/errors": tot["errors"],
             "rollouts/scoring_errors": tot["scoring_errors"],
             "rollouts/trained": tot["n/rl"],
+            "rollouts/rows_per_rollout": tot["rows"] / tot["n/rl"],
+            "rollouts/prefix_breaks": tot["prefix_breaks"],
         }
         for k in sorted(tot):
             if k.startswith("rewards/"):

@@ -6,6 +6,12 @@ sampled. Environment and tool tokens between turns are in the sequence (the mode
 see them) but masked out of the loss; the attention mask (all real tokens) is separate
 from the loss mask (sampled tokens only).
 
+A rollout whose model calls are not one growing history (a summary that replaces the
+transcript, a template that strips earlier reasoning, a sub-agent's own conversation) gives
+several rows (`RolloutResult.token_rows`). They share the rollout's reward and advantage and
+carry its key (``TrainRow.rollout``, ``TrainBatch.rollout_ids``) so that the loss weighs the
+rollout once, not once per row (`trainers.grpo.algo.losses.rollout_token_counts`).
+
 Tensors are over *targets*: column ``t`` of ``loss_mask`` / ``sampler_logp`` refers to
 token ``t + 1`` predicted from positions ``<= t``, matching ``logits[:, :-1]``.
 """
@@ -20,7 +26,7 @@ import torch
 from torch import Tensor
 
 from verifiers.errors import ConfigError
-from verifiers.types import RolloutResult
+from verifiers.types import RolloutResult, TokenSequence
 
 
 @dataclass
@@ -34,6 +40,7 @@ class TrainRow:
     completion_len: int
     is_expert: bool = False
     prompt_len: int = 0  # tokens of the initial prompt (shared by a group's samples)
+    rollout: int = -1  # the rollout this row is part of (a running index in the step); -1: a rollout of its own
 
 
 @dataclass
@@ -50,6 +57,8 @@ class TrainBatch:
     prompt_lens: Tensor | None = None  # [N] int64; 0 = unknown (no prompt sharing)
     prompt_ids: Tensor | None = None  # [N] int64: rows with equal values share their prompt (found at collate)
     advantages: Tensor | None = None
+    rollout_ids: Tensor | None = None  # [N] int64: rows with equal values are one rollout's
+    sequence_tokens: Tensor | None = None  # [N]: trained tokens of each row's rollout (set by the learner)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -77,18 +86,44 @@ class TrainBatch:
             prompt_lens=None if self.prompt_lens is None else self.prompt_lens.index_select(0, idx),
             prompt_ids=None if self.prompt_ids is None else self.prompt_ids.index_select(0, idx),
             advantages=None if self.advantages is None else self.advantages.index_select(0, idx),
+            rollout_ids=None if self.rollout_ids is None else self.rollout_ids.index_select(0, idx),
+            sequence_tokens=None if self.sequence_tokens is None else self.sequence_tokens.index_select(0, idx),
         )
 
 
+def rows_from_result(r: RolloutResult, group: int, max_seq_len: int, overlong: str,
+                     rollout: int = -1) -> list[TrainRow]:
+    """The rollout's training rows, one per prefix-growing history of its model calls.
+
+    A linear multi-turn history is one row; a call that does not extend an earlier one (a
+    compaction summary, reasoning stripped by the template, a sub-agent) starts another
+    (`verifiers.types.split_token_rows`). Every row gets the rollout's reward, group and key
+    ``rollout``. Empty when the rollout has no token data (e.g. it failed before the model
+    answered). ``overlong`` applies to each row: a row longer than ``max_seq_len`` is cut
+    (``'truncate'``, marked truncated) or left out (``'drop'``); a row whose prompt alone does
+    not fit is left out either way. A rollout that errored after the model produced tokens is
+    trained on with the reward it got (usually 0).
+    """
+    return rows_from_sequences(r.token_rows(), r, group, max_seq_len, overlong, rollout)
+
+
+def rows_from_sequences(seqs: Sequence[TokenSequence], r: RolloutResult, group: int, max_seq_len: int,
+                        overlong: str, rollout: int = -1) -> list[TrainRow]:
+    """`rows_from_result` for rows already split (the assembler also counts their prefix breaks)."""
+    rows = [_row(seq, r, group, max_seq_len, overlong, rollout) for seq in seqs]
+    return [row for row in rows if row is not None]
+
+
 def row_from_result(r: RolloutResult, group: int, max_seq_len: int, overlong: str) -> TrainRow | None:
-    """One training row, or None when the rollout has nothing trainable: no token data (e.g. it
-    failed before the model answered), a history whose turns do not extend each other, a prompt
-    that does not fit, or ``overlong='drop'`` and it does not fit. A rollout that errored after
-    the model produced tokens is trained on with the reward it got (usually 0)."""
-    if not r.tokens:
-        return None
-    seq = r.token_sequence()
-    if not seq.prefix_consistent or not seq.completion_ids:
+    """The rollout's only training row (`rows_from_result`), or None when it gives none or several."""
+    rows = rows_from_result(r, group, max_seq_len, overlong)
+    return rows[0] if len(rows) == 1 else None
+
+
+def _row(seq: TokenSequence, r: RolloutResult, group: int, max_seq_len: int, overlong: str,
+         rollout: int) -> TrainRow | None:
+    """One token row as training targets; None when it samples nothing or does not fit."""
+    if not any(seq.completion_mask):
         return None
     prompt, comp = list(seq.prompt_ids), list(seq.completion_ids)
     mask, lps = list(seq.completion_mask), list(seq.completion_logprobs)
@@ -105,7 +140,8 @@ def row_from_result(r: RolloutResult, group: int, max_seq_len: int, overlong: st
     # targets 0..len(ids)-2; completion token j is target len(prompt)-1+j
     tmask = [0] * (len(prompt) - 1) + mask
     tlp = [0.0] * (len(prompt) - 1) + [lp if m else 0.0 for lp, m in zip(lps, mask, strict=True)]
-    return TrainRow(ids, tmask, tlp, float(r.reward), group, truncated, int(sum(mask)), prompt_len=len(prompt))
+    return TrainRow(ids, tmask, tlp, float(r.reward), group, truncated, int(sum(mask)), prompt_len=len(prompt),
+                    rollout=rollout)
 
 
 def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
@@ -134,7 +170,19 @@ def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
         is_expert=torch.tensor([r.is_expert for r in rows], dtype=torch.bool),
         prompt_lens=torch.tensor([r.prompt_len for r in rows], dtype=torch.long),
         prompt_ids=torch.tensor(_prompt_ids(rows), dtype=torch.long),
+        rollout_ids=torch.tensor(_rollout_ids(rows), dtype=torch.long),
     )
+
+
+def _rollout_ids(rows: Sequence[TrainRow]) -> list[int]:
+    """Dense rollout ids (0, 1, ... in order of first row): rows with the same ``rollout`` key share
+    one; a row without a key (``rollout < 0``: expert rows, rows built by hand) is its own rollout."""
+    ids: dict[int, int] = {}
+    out = []
+    for i, r in enumerate(rows):
+        key = r.rollout if r.rollout >= 0 else -1 - i
+        out.append(ids.setdefault(key, len(ids)))
+    return out
 
 
 def _prompt_ids(rows: Sequence[TrainRow]) -> list[int]:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from trainers.grpo.algo.algorithms import AlgorithmPreset, compute_loss, rows_with_gradient
-from trainers.grpo.algo.losses import LossNormalizer, mask_truncated
+from trainers.grpo.algo.losses import LossNormalizer, mask_truncated, rollout_token_counts
 from trainers.grpo.data.batch import TrainBatch
 from trainers.grpo.data.microbatch import micro_batches
 from trainers.grpo.dist.ranks import Dist
@@ -87,9 +87,14 @@ class Learner:
         if preset.mask_truncated_completions:
             mask = mask_truncated(mask, batch.is_truncated)
         batch.loss_mask = mask
+        # A rollout of several rows is one sequence of the loss: its rows share its token count.
+        # Rollouts are whole on each rank (their groups are), so the counts are local.
+        if batch.rollout_ids is not None:
+            batch.sequence_tokens = rollout_token_counts(mask, batch.rollout_ids)
         # Several processes: every rank divides by the counts of the union batch (see `Policy.backward`).
         normalizer = global_normalizer(
-            self.dist, LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens))
+            self.dist, LossNormalizer.from_batch(mask, is_expert=batch.is_expert, max_completion_len=cfg.max_tokens,
+                                                 rollout_ids=batch.rollout_ids))
         rl_tokens = normalizer.num_active_tokens
         skipped, idle = 0, False
         if cfg.skip_zero_advantage and not self.dist.active:  # DDP needs the same backward calls on every rank
@@ -188,6 +193,7 @@ class Learner:
             is_expert=sub.is_expert if self.with_expert else None,
             entropy=entropy,
             normalizer=plan.normalizer,
+            sequence_tokens=sub.sequence_tokens,
         )
         self.policy.backward(loss, last=last)
         return m

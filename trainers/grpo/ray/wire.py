@@ -12,7 +12,7 @@ sends one flat tensor plus the row lengths (ANCHORS.md §4), and so does this mo
 * anything else (scalars, strings, mixed values) travels as the plain list it is.
 
 `encode_column` and `decode_column` are exact inverses for the first two kinds: the decoded
-rollouts rebuild the same `TurnTokens`, so `RolloutResult.token_sequence()` (what the trainer
+rollouts rebuild the same `TurnTokens`, so `RolloutResult.token_rows()` (what the trainer
 trains on) is unchanged by the trip.
 """
 
