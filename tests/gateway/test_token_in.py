@@ -369,6 +369,7 @@ async def test_agent_env_with_the_policy_tokenizer_trains_one_exact_row_per_line
         server: EmbeddedServer, tok: Any) -> None:
     """`AgentEnv(tokenizer=...)` (what `use_tokenizer` gives a trainer's environment) end to end:
     a real program's follow-up calls go token-in, so its rollout is one growing token sequence."""
+    import itertools
     import sys
     from pathlib import Path
 
@@ -388,7 +389,7 @@ async def test_agent_env_with_the_policy_tokenizer_trains_one_exact_row_per_line
         assert r.error is None, r.error
         calls = r.state["agent"]["calls"]
         assert len(calls) == 3
-        for prev, call in zip(calls, calls[1:], strict=False):
+        for prev, call in itertools.pairwise(calls):
             if prev.finish_reason == "stop":
                 assert call.token_in
                 assert call.tokens.prompt_ids[: len(prev.tokens.prompt_ids) + len(prev.tokens.completion_ids)] == \

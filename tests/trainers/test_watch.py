@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ def test_output_that_is_not_a_terminal_gets_a_banner_and_plain_lines(
     steps = [line for line in lines if line.startswith("step ") and "| reward " in line]
     assert [s.split()[1] for s in steps] == ["1/3", "2/3", "3/3"]
     assert all("eta " in s and "loss " in s for s in steps)
+    # the loss is printed so that a near-zero GRPO loss still shows its sign and magnitude
+    assert all(re.search(r"loss [+-]\d\.\d\de[+-]\d\d ", s) for s in steps), steps
 
 
 def test_a_degenerate_signal_is_warned_about_once_with_its_fix() -> None:
@@ -79,8 +82,10 @@ def test_a_degenerate_signal_is_warned_about_once_with_its_fix() -> None:
 
 
 def test_the_curves_have_no_empty_panel() -> None:
-    rows = [{"step": 1, "reward": 0.1, "loss": 0.0, "completions/mean_length": 4.0},
-            {"step": 2, "reward": 0.2, "loss": 0.1, "completions/mean_length": 3.0, "eval/reward": 0.3}]
-    assert [k for k, _ in curve_panels(rows)] == ["reward", "loss", "completions/mean_length"]
+    rows = [{"step": 1, "reward": 0.1, "loss": 0.0, "grad_norm": 0.5, "completions/mean_length": 4.0},
+            {"step": 2, "reward": 0.2, "loss": 0.1, "grad_norm": 0.4, "completions/mean_length": 3.0,
+             "eval/reward": 0.3}]
+    # without a reference model the second panel is the gradient norm, never the ~0 loss
+    assert [k for k, _ in curve_panels(rows)] == ["reward", "grad_norm", "completions/mean_length"]
     rows[1]["kl"] = 0.01
     assert [k for k, _ in curve_panels(rows)] == ["reward", "kl", "completions/mean_length"]

@@ -38,6 +38,7 @@ from trainers.grpo.run.display import RunDisplay
 from trainers.grpo.run.outdir import prepare_output_dir
 from trainers.grpo.run.reporting import MetricsLogger, TrainSummary, summarize
 from trainers.grpo.run.signals import StopSignals
+from trainers.grpo.run.watch import format_loss
 from trainers.grpo.sync.managed import ManagedServers
 from trainers.grpo.sync.weight_sync import WeightSync, make_weight_sync
 from verifiers.envs.loader import load_environment
@@ -290,7 +291,7 @@ class GRPOTrainer:
         # A step with an evaluation is always logged: its eval/* values are not in any other row.
         if self.step % self.cfg.log_every == 0 or self.step == self.cfg.max_steps or "eval/reward" in metrics:
             logger.log(self.step, metrics)
-        self.show.advance(self.step, f"reward {metrics['reward']:.3f} loss {metrics.get('loss', 0.0):+.4f}")
+        self.show.advance(self.step, f"reward {metrics['reward']:.3f} loss {format_loss(metrics.get('loss', 0.0))}")
 
     def _finish(self) -> None:
         """A run that reached ``max_steps``: the last checkpoint, the final model, samples, curves."""

@@ -138,15 +138,17 @@ def _series(rows: Sequence[dict[str, Any]], key: str) -> list[tuple[float, float
 def curve_panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     """``(metric, title)`` of each panel of `plot_curves`, only those with data.
 
-    KL is logged only with a reference model (beta > 0); the loss takes its place otherwise.
+    KL is logged only with a reference model (beta > 0); the gradient norm takes its place
+    otherwise (GRPO's loss is near zero by construction: drawn, it is noise around 1e-8).
     """
-    wanted = [("reward", "mean reward"), ("kl", "KL to reference") if _series(rows, "kl") else ("loss", "loss"),
+    second = ("kl", "KL to reference") if _series(rows, "kl") else ("grad_norm", "gradient norm")
+    wanted = [("reward", "mean reward"), second,
               ("completions/mean_length", "completion length")]
     return [(k, t) for k, t in wanted if _series(rows, k)]
 
 
 def plot_curves(metrics_path: Path, out_png: Path) -> Path | None:
-    """Reward (train and eval), KL (or loss without a reference) and completion length as one PNG.
+    """Reward (train and eval), KL (or the gradient norm without a reference) and completion length as one PNG.
 
     None when matplotlib is missing or nothing was logged; a panel without data is left out.
     """

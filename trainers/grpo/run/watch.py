@@ -42,6 +42,16 @@ def degenerate_cause(metrics: dict[str, float], *, masks_truncated: bool, filter
     return None
 
 
+
+def format_loss(loss: float) -> str:
+    """The loss with three significant digits whatever its size.
+
+    GRPO's policy loss is near zero by construction (group advantages have mean zero and the
+    ratio starts at one), so a fixed ``+.4f`` showed ``-0.0000`` at every step; its sign and
+    order of magnitude are what carries information (docs/training.md "What to watch").
+    """
+    return f"{loss:+.2e}"
+
 class RunWatch:
     """Prints the banner, plain progress lines, first error messages and degenerate-signal warnings.
 
@@ -93,7 +103,7 @@ class RunWatch:
         per = (now - self.t0) / max(done, 1)
         eta = per * (self.max_steps - step)
         parts = [f"step {step}/{self.max_steps}", f"reward {metrics.get('reward', float('nan')):.4f}",
-                 f"loss {metrics.get('loss', 0.0):+.4f}"]
+                 f"loss {format_loss(metrics.get('loss', 0.0))}"]
         if "kl" in metrics:
             parts.append(f"kl {metrics['kl']:.4f}")
         parts += [f"step {metrics.get('time/step_s', per):.2f}s", f"eta {_duration(eta)}"]
