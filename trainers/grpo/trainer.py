@@ -30,6 +30,7 @@ from trainers.grpo.data.prompts import load_expert, training_rows
 from trainers.grpo.data.scoring import RewardFunctionError
 from trainers.grpo.data.store import ExperienceStore
 from trainers.grpo.dist.ranks import Dist
+from trainers.grpo.dist.threads import choose_torch_threads
 from trainers.grpo.learn.policy import Policy, build_policy, resolve_model_path
 from trainers.grpo.learn.step import Learner
 from trainers.grpo.learn.warmup import policy_warmup, warmup_done_line
@@ -91,8 +92,10 @@ class GRPOTrainer:
             self.console.quiet = True  # only rank 0 prints and writes files
         self.show = RunDisplay(cfg, self.console, self.dist, self.preset)
         prepare_output_dir(self.out, self.dist, cfg, resume=bool(self.resume))  # checked, marked, config.json
-        if cfg.torch_threads:
-            torch.set_num_threads(cfg.torch_threads)
+        threads, why = choose_torch_threads(cfg.torch_threads, self.dist.local_world_size)
+        if threads is not None:
+            torch.set_num_threads(threads)
+        self.show.threads = f"{torch.get_num_threads()} ({why})"
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         model_path = resolve_model_path(cfg, self.out, self.dist, self.show.print)
@@ -198,7 +201,10 @@ class GRPOTrainer:
         resumed = self.ckpt.resume(resume) if resume else None  # None: no checkpoint, the run starts fresh
         if resumed is not None:
             self.step, self.version, self.reward_history = resumed.step, resumed.version, resumed.reward_history
-        else:
+        # The banner comes first: what runs, on what, where, before any slow phase (the warm-up).
+        facts = self.show.facts(self.policy, len(self.generator.rows), self.step, self.out)
+        self.feed.on_errors = self.show.start(self.step, facts, self.device).errors
+        if resumed is None:
             self.sync.on_start(self.version)
             if cfg.sft_warmup_steps and self.step == 0:
                 try:
@@ -210,8 +216,6 @@ class GRPOTrainer:
                                resume_step=self.step if resume else None, enabled=self.dist.is_main)
         interrupted, self._step_start, self._unsynced = False, None, None
         self.stop.install()
-        facts = self.show.facts(self.policy, len(self.generator.rows), self.step, self.out)
-        self.feed.on_errors = self.show.start(self.step, facts, self.device).errors
         try:
             with self.show.running(self.step):
                 while self.step < cfg.max_steps:

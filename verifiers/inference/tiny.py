@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the chat template lists tools: JSON schemas, or compact signatures (~6x fewer tokens)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a "Writing model shards" bar for one small file is noise
     spec = TinyModelSpec(
         arch=a.arch,
         hidden_size=a.hidden_size,

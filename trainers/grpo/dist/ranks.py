@@ -67,6 +67,11 @@ class Dist:
     def active(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def local_world_size(self) -> int:
+        """Training processes on this machine (the launcher's ``LOCAL_WORLD_SIZE``; else all)."""
+        return int(os.environ.get("LOCAL_WORLD_SIZE") or self.world_size)
+
     def barrier(self) -> None:
         if self.active:
             torch.distributed.barrier()

@@ -24,7 +24,7 @@ from trainers.grpo.data.batch import TrainRow, collate
 from trainers.grpo.learn.logprobs import completion_logps
 from trainers.grpo.learn.policy import Policy
 
-__all__ = ["policy_warmup", "run_sft_warmup", "warmup_done_line"]
+__all__ = ["policy_warmup", "progress_line", "run_sft_warmup", "warmup_done_line"]
 
 
 def run_sft_warmup(
@@ -47,6 +47,7 @@ def run_sft_warmup(
     print_line: Callable[[str], None],
     chunk_tokens: int | None = None,
     print_every: int = 50,
+    print_every_s: float = 10.0,
 ) -> dict[str, float]:
     """``steps`` SFT steps on ``rows`` (a token mean of -log p over their loss masks); returns a summary.
 
@@ -59,7 +60,7 @@ def run_sft_warmup(
         raise ValueError("the SFT warm-up has no expert rows to train on")
     rng = random.Random(seed * 7919 + 4_241)
     saved = [g["lr"] for g in optimizer.param_groups]
-    t0 = time.perf_counter()
+    t0 = last_line = time.perf_counter()
     losses: list[float] = []
     log = log_path.open("a") if log_path is not None else None
     try:
@@ -82,9 +83,12 @@ def run_sft_warmup(
                 log.write(json.dumps({"warmup_step": step, "loss": losses[-1], "grad_norm": grad_norm,
                                       "tokens": int(mask.sum()), "learning_rate": lr,
                                       "time_s": time.perf_counter() - t0}) + "\n")
-            if print_every and (step % print_every == 0 or step == steps):
+            now = time.perf_counter()
+            if print_every and (step % print_every == 0 or step == steps or step == 1
+                                or now - last_line >= print_every_s):
+                last_line = now
                 window = losses[-print_every:]
-                print_line(f"sft warm-up step {step}/{steps}: loss {sum(window) / len(window):.4f}")
+                print_line(progress_line(step, steps, sum(window) / len(window), now - t0))
     finally:
         if log is not None:
             log.close()
@@ -93,6 +97,15 @@ def run_sft_warmup(
     k = max(1, len(losses) // 10)
     return {"warmup/steps": float(steps), "warmup/loss_first": sum(losses[:k]) / k,
             "warmup/loss_last": sum(losses[-k:]) / k, "warmup/time_s": time.perf_counter() - t0}
+
+
+def progress_line(step: int, steps: int, loss: float, elapsed_s: float) -> str:
+    """``sft warm-up step 50/1000: loss 3.21 | 0.09 s/step | eta 1:25``: on a busy machine a
+    warm-up can take minutes, and a line without an estimate cannot be told from a hang."""
+    per = elapsed_s / max(step, 1)
+    left = int(per * (steps - step))
+    return (f"sft warm-up step {step}/{steps}: loss {loss:.4f} | {per:.2f} s/step | "
+            f"eta {left // 60}:{left % 60:02d}")
 
 
 def policy_warmup(policy: Policy, cfg: Any, rows: Sequence[TrainRow], *, updating: Callable[[], Any],

@@ -30,6 +30,8 @@ class RunDisplay:
         self.progress: Any = None
         self.task: Any = None
         self.watch: RunWatch | None = None
+        self.threads = ""
+        """Torch threads and why (set by the trainer; shown on a CPU)."""
 
     def print(self, text: str) -> None:
         """Rank 0 prints; lines are not wrapped (a log file has no width)."""
@@ -85,6 +87,7 @@ class RunDisplay:
             precision += f" + {self.cfg.mixed_precision} autocast"
         return {
             "device": str(policy.device) + (f" x{self.dist.world_size} processes" if self.dist.world_size > 1 else ""),
+            **({"torch threads": self.threads} if self.threads and policy.device.type == "cpu" else {}),
             "dtype": precision,
             "parameters": f"{total:,}" + (f" ({trainable:,} trained)" if trainable != total else ""),
             "environment": f"{self.cfg.env_id} ({num_prompts} training prompts)",
