@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from verifiers.envs.agent_program import ProgramRun, minimal_env, run_program
+from verifiers.envs.agent_isolation import run_with_isolation
+from verifiers.envs.agent_program import ProgramRun, minimal_env
 from verifiers.envs.environment import Environment
 from verifiers.errors import AgentCrashedError, AgentNoCallsError, ConfigError
 from verifiers.gateway import GatewayCall, Session, SessionLimits, get_gateway
@@ -139,8 +140,9 @@ class AgentEnv(Environment):
         return minimal_env(str(workdir), extra)
 
     async def run_agent(self, command: list[str], workdir: Path, env: dict[str, str]) -> ProgramRun:
-        """Run the program once (the isolation modes wrap this)."""
-        return await run_program(command, str(workdir), env, self.timeout_s, self.max_output_chars)
+        """Run the program once, isolated as ``isolation`` says (see `verifiers.envs.agent_isolation`)."""
+        return await run_with_isolation(self.isolation, command, str(workdir), env, self.timeout_s,
+                                        get_gateway().unix_path, self.max_output_chars)
 
     async def rollout(
         self,
@@ -171,7 +173,7 @@ class AgentEnv(Environment):
             self._record(state, session)
         state["agent"]["run"] = run
         state["agent"].update(exit_code=run.exit_code, timed_out=run.timed_out, stdout=run.stdout, stderr=run.stderr,
-                              duration_s=run.duration_s)
+                              duration_s=run.duration_s, isolated=run.isolated)
         return state["completion"], self._outcome(state, session, run)
 
     def _record(self, state: State, session: Session) -> None:
