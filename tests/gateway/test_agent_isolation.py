@@ -130,11 +130,55 @@ async def test_a_setsid_daemon_does_not_survive_the_rollout() -> None:
 @needs_isolation
 async def test_timeout_ends_the_whole_isolated_tree() -> None:
     token = f"vf-hang-{uuid.uuid4().hex}"
+    graceful: list[str] = []
+
+    def grab(state: dict[str, Any], **_: Any) -> float:
+        graceful.append((Path(state["workdir"]) / "terminated").read_text())
+        return 0.0
+
     with ScriptedServer(ServerScript()) as srv:
-        r, seen = await _run_watched(_env([*PROGRAM, "hang", token], isolation="require", timeout_s=4.0), srv, token)
+        env = _env([*PROGRAM, "hang", token], [grab], isolation="require", timeout_s=4.0)
+        r, seen = await _run_watched(env, srv, token)
     assert r.stop_reason == "timeout" and r.error is None and r.state["agent"]["timed_out"]
     assert len(r.tokens) == 1 and len(seen) == 3  # the program, the setsid daemon and the child in the group
+    assert graceful == ["SIGTERM"]  # the program got the SIGTERM before the namespace went
     assert _with_token(token) == {}
+
+
+@needs_isolation
+async def test_cancelling_the_rollout_ends_the_whole_isolated_tree() -> None:
+    token = f"vf-cancel-{uuid.uuid4().hex}"
+    state: dict[str, Any] = {}
+    with ScriptedServer(ServerScript()) as srv:
+        env = _env([*PROGRAM, "hang", token], isolation="require", timeout_s=120.0)
+        task = asyncio.create_task(env.rollout(vf.make_client(base_url=srv.base_url), "policy",
+                                               [{"role": "user", "content": "t"}], state=state))
+        try:
+            for _ in range(400):  # until the program, its daemon and its child all run
+                if len(_with_token(token)) == 3:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(_with_token(token)) == 3
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(100):
+                if not _with_token(token):
+                    break
+                await asyncio.sleep(0.05)
+            assert _with_token(token) == {}
+        finally:
+            await env.release_state(state)
+
+
+@needs_isolation
+async def test_a_missing_program_is_an_agent_error_not_an_isolation_error() -> None:
+    with ScriptedServer(ServerScript()) as srv:
+        out = await _env(["/nonexistent/agent-binary"], isolation="require").a_generate(
+            ROWS, vf.make_client(base_url=srv.base_url), "p")
+    err = out.results[0].error
+    assert err is not None and err.type == "AgentError" and "could not start" in err.message, err
+    assert "No such file or directory" in err.message
 
 
 # The refusal, on any Linux machine: a child process forbids itself unshare() with a seccomp filter

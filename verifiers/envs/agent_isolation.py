@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field
 
 from verifiers.envs.agent_program import ProgramRun, run_program
-from verifiers.errors import AgentIsolationError
+from verifiers.errors import AgentError, AgentIsolationError
 from verifiers.tools.sandbox_exec import EXEC_BOOTSTRAP
 
 __all__ = ["AgentIsolation", "isolation_unavailable", "run_isolated", "run_with_isolation"]
@@ -115,7 +115,7 @@ async def run_isolated(
             return run.model_copy(update={"command": list(command)}), report
         return None, report
     if run.exit_code == 127 and "vf-sandbox: cannot execute" in run.stderr:
-        raise AgentIsolationError(f"could not start the agent program {list(command)!r}: {run.stderr.strip()}")
+        raise AgentError(f"could not start the agent program {list(command)!r}: {run.stderr.strip()}")
     return run.model_copy(update={"command": list(command), "isolated": True}), report
 
 

@@ -231,6 +231,9 @@ def _vf_enter_namespaces(config, got, why, init_hook=None):
     init = os.fork()
     if init:  # outside: relay the runner's fate
         os.close(w)
+        # A SIGTERM to the process group reaches the code too, which may end cleanly (its status
+        # then comes back here); only SIGKILL of this process ends the namespace at once.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         chunks = []
         while True:
             data = os.read(r, 256)

@@ -6,7 +6,8 @@ Modes (argv[1]):
                   file in its working directory and one next to this script; prints a JSON report.
   "daemon TOKEN"  double-forks a setsid daemon (a python sleeping, TOKEN in its argv, its pid in
                   this namespace written to daemon.pid), waits until it runs, makes a chat call, exits 0.
-  "hang TOKEN"    the same daemon, plus a child in its process group, then sleeps until killed.
+  "hang TOKEN"    the same daemon, plus a child in its process group, then sleeps until SIGTERM
+                  (which it records in the file "terminated").
 """
 
 import json
@@ -86,4 +87,12 @@ elif mode in ("daemon", "hang"):
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[2]])
     chat([{"role": "user", "content": task}])
     if mode == "hang":
+        import signal
+
+        def terminated(*_):  # the timeout's SIGTERM reaches the program: it may end cleanly
+            with open("terminated", "w") as f:
+                f.write("SIGTERM")
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, terminated)
         time.sleep(600)
