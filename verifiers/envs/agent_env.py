@@ -70,6 +70,11 @@ class AgentEnv(Environment):
     process tree is ended); ``max_calls`` / ``max_tokens`` bound its model use. A crash, a
     non-zero exit, a timeout or a run without model calls is recorded on the rollout, never
     raised out of an evaluation or a training run.
+
+    ``isolation``: ``"none"`` runs the program as a plain process group; ``"require"`` runs it in
+    its own PID, mount, IPC and network namespaces without capabilities, the gateway its only
+    network peer (docs/security.md), or records an ``AgentIsolationError`` where the machine
+    cannot; ``"auto"`` isolates where possible and otherwise warns once and runs it unisolated.
     """
 
     prompt_from_state = True
