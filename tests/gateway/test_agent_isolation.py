@@ -242,3 +242,16 @@ async def test_require_refuses_on_this_machine() -> None:
     err = out.results[0].error
     assert err is not None and err.type == "AgentIsolationError" and "missing:" in err.message
     assert len(srv.requests) == 0
+
+
+@needs_isolation
+async def test_an_unreachable_gateway_socket_is_a_refusal_that_says_so(tmp_path: Path) -> None:
+    from verifiers.envs.agent_isolation import run_isolated
+
+    with socket.socket(socket.AF_UNIX) as bound_not_listening:
+        bound_not_listening.bind(str(tmp_path / "gw.sock"))
+        env = {"PATH": os.defpath, "OPENAI_BASE_URL": "http://127.0.0.1:5555/v1"}
+        run, report = await run_isolated(["true"], str(tmp_path), env, 30, str(tmp_path / "gw.sock"))
+    assert run is None and not report.namespaces
+    assert f"relay: cannot reach {tmp_path / 'gw.sock'}: Connection refused" in report.refusal()
+    assert "the gateway's Unix socket must exist and accept connections" in report.refusal()

@@ -16,16 +16,14 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from verifiers.envs.agent_isolation import run_with_isolation
+from verifiers.envs.agent_isolation import Isolation, run_with_isolation
 from verifiers.envs.agent_program import ProgramRun, minimal_env
 from verifiers.envs.environment import Environment
 from verifiers.errors import AgentCrashedError, AgentNoCallsError, ConfigError
 from verifiers.gateway import GatewayCall, Session, SessionLimits, get_gateway
 from verifiers.types import Info, Messages, SamplingArgs, State, Usage
-
-Isolation = Literal["none", "auto", "require"]
 
 RESERVED_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "OPENAI_MODEL", "VF_TASK", "VF_PROMPT",
                  "VF_INFO", "HOME")

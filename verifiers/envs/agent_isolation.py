@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
@@ -28,7 +30,9 @@ from verifiers.envs.agent_program import ProgramRun, run_program
 from verifiers.errors import AgentError, AgentIsolationError
 from verifiers.tools.sandbox_exec import EXEC_BOOTSTRAP
 
-__all__ = ["AgentIsolation", "isolation_unavailable", "run_isolated", "run_with_isolation"]
+__all__ = ["AgentIsolation", "Isolation", "isolation_unavailable", "run_isolated", "run_with_isolation"]
+
+Isolation = Literal["none", "auto", "require"]
 
 TMP_MB = 1024
 """Size cap of the program's private ``/tmp`` (a tmpfs: memory, allocated as it is written)."""
@@ -37,8 +41,8 @@ _PROTECTIONS = ("namespaces", "readonly_fs", "private_tmp")
 _HOW = {
     "namespaces": "run as root, or enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
     "user.max_user_namespaces > 0; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)",
-    "readonly_fs": "needs the program's own mount namespace (see namespaces) and bind remounts",
-    "private_tmp": "needs the program's own mount namespace (see namespaces) and tmpfs",
+    "readonly_fs": "needs bind remounts in the program's mount namespace",
+    "private_tmp": "needs tmpfs in the program's mount namespace",
 }
 log = logging.getLogger(__name__)
 
@@ -55,12 +59,24 @@ class AgentIsolation(BaseModel):
     def complete(self) -> bool:
         return all(getattr(self, k) for k in _PROTECTIONS)
 
+    def missing(self) -> str:
+        """Each missing protection, why it is missing, and how to get it."""
+        parts = []
+        for key in (k for k in _PROTECTIONS if not getattr(self, k)):
+            reason = self.reasons.get(key) or "unavailable"
+            if key != "namespaces" and not self.namespaces:
+                parts.append(f"{key} (comes with namespaces)")
+            elif reason.startswith("relay:"):
+                parts.append(f"{key} ({reason}: the gateway's Unix socket must exist and accept connections)")
+            else:
+                parts.append(f"{key} ({reason}: {_HOW[key]})")
+        return "; ".join(parts)
+
     def refusal(self) -> str:
-        """The error text for ``isolation="require"``: each missing protection, why, and how to get it."""
-        missing = "; ".join(f"{k} ({self.reasons.get(k) or 'unavailable'}: {_HOW[k]})"
-                            for k in _PROTECTIONS if not getattr(self, k))
-        return (f"isolation='require': the agent program cannot be isolated on this machine; missing: {missing}. "
-                "Or use AgentEnv(isolation='auto') to run it unisolated where isolation is unavailable.")
+        """The error text for ``isolation="require"``."""
+        return (f"isolation='require': the agent program cannot be isolated on this machine; missing: "
+                f"{self.missing()}. Or use AgentEnv(isolation='auto') to run it unisolated where isolation "
+                "is unavailable.")
 
 
 def _bootstrap(command: Sequence[str], workdir: str, port: int, unix_path: str, report: str) -> list[str]:
@@ -78,11 +94,12 @@ def _bootstrap(command: Sequence[str], workdir: str, port: int, unix_path: str, 
     return [sys.executable, "-I", "-B", "-c", EXEC_BOOTSTRAP, json.dumps(config)]
 
 
-def _read_report(path: Path) -> AgentIsolation:
+def _read_report(path: Path, exit_code: int | None, stderr: str) -> AgentIsolation:
     try:
         report = json.loads(path.read_text())
     except (OSError, ValueError):
-        return AgentIsolation(reasons=dict.fromkeys(_PROTECTIONS, "the isolation bootstrap did not report"))
+        why = f"the isolation bootstrap exited with {exit_code} before reporting: {stderr.strip()[-800:]}"
+        return AgentIsolation(reasons=dict.fromkeys(_PROTECTIONS, why))
     got = report.get("isolation") or {}
     return AgentIsolation(**{k: bool(got.get(k)) for k in _PROTECTIONS},
                           reasons={str(k): str(v) for k, v in (report.get("reasons") or {}).items()})
@@ -108,7 +125,7 @@ async def run_isolated(
         report_path.touch()
         run = await run_program(_bootstrap(command, workdir, port, unix_path, str(report_path)), workdir, env,
                                 timeout_s, max_output_chars)
-        report = _read_report(report_path)
+        report = _read_report(report_path, run.exit_code, run.stderr)
     if not report.complete:
         if run.timed_out:  # the setup itself hung (never seen): a timeout, not a refusal
             report.reasons.setdefault("namespaces", "timed out while setting up")
@@ -123,7 +140,7 @@ _UNAVAILABLE: list[AgentIsolation] = []  # set once "auto" found isolation missi
 
 
 async def run_with_isolation(
-    mode: str,
+    mode: Isolation,
     command: Sequence[str],
     workdir: str,
     env: Mapping[str, str],
@@ -143,7 +160,7 @@ async def run_with_isolation(
     if not _UNAVAILABLE:
         _UNAVAILABLE.append(report)
         log.warning("AgentEnv(isolation='auto'): agent programs run UNISOLATED on this machine (host network, "
-                    "processes and filesystem); %s", report.refusal().split("missing: ", 1)[1].split(". Or", 1)[0])
+                    "processes and filesystem); missing: %s", report.missing())
     return await run_program(command, workdir, env, timeout_s, max_output_chars)
 
 
@@ -153,8 +170,6 @@ def isolation_unavailable() -> str | None:
     For tests and for checking a machine before a long run; it needs no gateway (a throwaway Unix
     socket stands in for it).
     """
-    import socket
-
     with tempfile.TemporaryDirectory(prefix="vf-agent-probe-") as ctl:
         sock_path = os.path.join(ctl, "probe.sock")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server, \
@@ -171,7 +186,7 @@ def isolation_unavailable() -> str | None:
                                       capture_output=True, text=True, timeout=30, check=False)
             except subprocess.TimeoutExpired:
                 return "the isolation bootstrap did not finish within 30 s"
-            report = _read_report(Path(report_path))
+            report = _read_report(Path(report_path), done.returncode, done.stderr)
     if report.complete and done.returncode == 0:
         return None
     if report.complete:

@@ -110,11 +110,16 @@ def _vf_exec_main():
     config = json.loads(sys.argv[1])
     config["isolation_fd"] = os.open(config["isolation_file"], os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     relay = config["relay"]
-    relay["dir_fd"] = os.open(os.path.dirname(relay["socket"]), os.O_PATH | os.O_CLOEXEC)
     relay["name"] = os.path.basename(relay["socket"])
     got = {"namespaces": False, "readonly_fs": False, "private_tmp": False}
     why = {}
-    isolated = _vf_enter_namespaces(config, got, why, _vf_relay_setup)
+    try:
+        relay["dir_fd"] = os.open(os.path.dirname(relay["socket"]), os.O_PATH | os.O_CLOEXEC)
+    except OSError as exc:
+        why["namespaces"] = f"relay: cannot open the directory of {relay['socket']}: {exc.strerror}"
+        isolated = False
+    else:
+        isolated = _vf_enter_namespaces(config, got, why, _vf_relay_setup)
     if isolated:
         try:
             _vf_drop_privileges()
