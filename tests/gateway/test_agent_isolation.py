@@ -91,7 +91,8 @@ async def test_the_program_reaches_the_gateway_and_nothing_else() -> None:
         assert all(v.startswith("refused") for v in report["ports"].values()), report
         assert report["outside"].startswith("refused") and report["unix"].startswith("refused"), report
         assert report["workdir_write"] == "written" and report["host_write"].startswith("refused"), report
-        assert report["pid"] == 2  # pid 1 is the namespace's init
+        assert report["pid"] == 2 and report["visible_pids"] == [1, 2]  # pid 1 is the namespace's init
+        assert int(report["cap_eff"], 16) == 0
         with pytest.raises(BlockingIOError):
             listener.accept()  # the relay never forwarded anything to it
         # The same program unisolated reaches all of it: the checks above can fail.
@@ -100,6 +101,7 @@ async def test_the_program_reaches_the_gateway_and_nothing_else() -> None:
             plain = json.loads(out.results[0].state["agent"]["stdout"])
             assert set(plain["ports"].values()) == {"connected"} and plain["unix"] == "connected", plain
             assert plain["host_write"] == "written" and not out.results[0].state["agent"]["isolated"]
+            assert len(plain["visible_pids"]) > 2 and plain["pid"] != 2
         finally:
             planted.unlink(missing_ok=True)
     assert len(srv.requests) == 2  # the program's calls, nothing else

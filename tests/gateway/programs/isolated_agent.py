@@ -3,7 +3,8 @@
 Modes (argv[1]):
   "net PORT..."   makes a chat call through OPENAI_BASE_URL, then tries to connect to each
                   127.0.0.1:PORT, to the gateway's Unix socket (argv after "--unix") and writes a
-                  file in its working directory and one next to this script; prints a JSON report.
+                  file in its working directory and one next to this script; prints a JSON report
+                  (with the pids it can see and its effective capabilities).
   "daemon TOKEN"  double-forks a setsid daemon (a python sleeping, TOKEN in its argv, its pid in
                   this namespace written to daemon.pid), waits until it runs, makes a chat call, exits 0.
   "hang TOKEN"    the same daemon, plus a child in its process group, then sleeps until SIGTERM
@@ -69,6 +70,8 @@ if mode == "net":
     reply = chat([{"role": "user", "content": task}])
     args = sys.argv[2:]
     ports = args[: args.index("--unix")]
+    with open("/proc/self/status") as f:
+        status = f.read().splitlines()
     report = {
         "reply": reply.get("content"),
         "ports": {p: attempt(socket.AF_INET, ("127.0.0.1", int(p))) for p in ports},
@@ -77,6 +80,8 @@ if mode == "net":
         "workdir_write": write("note.txt"),
         "host_write": write(os.path.join(os.path.dirname(os.path.abspath(__file__)), "planted.txt")),
         "pid": os.getpid(),
+        "visible_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "cap_eff": next(line.split()[1] for line in status if line.startswith("CapEff:")),
     }
     print(json.dumps(report))
 elif mode in ("daemon", "hang"):
