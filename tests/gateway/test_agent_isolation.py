@@ -8,6 +8,7 @@ process: AgentEnv ends its own child's group; the namespace's init takes the res
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -38,8 +39,12 @@ def _env(command: list[str], funcs: list[Any] | None = None, **kw: Any) -> vf.Ag
     return vf.AgentEnv(command=command, dataset=ROWS, rubric=rubric, **kw)
 
 
-def _with_token(token: str) -> dict[int, int]:
-    """Host pid -> pid in its innermost PID namespace, of every live process whose argv holds ``token``."""
+SLEEPER = b"import time; time.sleep(600)"  # the argv of the program's daemon and child (tests/gateway/programs)
+
+
+def _with_token(token: str, sleepers_only: bool = False) -> dict[int, int]:
+    """Host pid -> pid in its innermost PID namespace, of every live process whose argv holds ``token``
+    (with ``sleepers_only``, of the program's daemon and child, not the program or its short-lived forks)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -49,23 +54,28 @@ def _with_token(token: str) -> dict[int, int]:
             status = (entry / "status").read_text()
         except OSError:
             continue
-        if token.encode() in argv and "\nState:\tZ" not in status:
+        if token.encode() in argv and (SLEEPER in argv or not sleepers_only) and "\nState:\tZ" not in status:
             nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
             found[int(entry.name)] = int(nspid.split()[-1])
     return found
 
 
-async def _watch(token: str, seen: dict[int, int], stop: asyncio.Event) -> None:
-    """Record every process carrying ``token`` while the rollout runs (the host's view of the daemon)."""
+async def _watch(token: str, expected: int, seen: dict[int, int], stop: asyncio.Event) -> None:
+    """Record the sleepers carrying ``token`` while the rollout runs (the host's view of them); once all
+    ``expected`` run, create "seen" in their working directory: the program waits for it."""
     while not stop.is_set():
-        seen.update(_with_token(token))
-        await asyncio.sleep(0.05)
+        now = _with_token(token, sleepers_only=True)
+        seen.update(now)
+        if len(seen) >= expected and now:
+            with contextlib.suppress(OSError):
+                Path(f"/proc/{next(iter(now))}/cwd/seen").touch()
+        await asyncio.sleep(0.02)
 
 
-async def _run_watched(env: vf.AgentEnv, srv: ScriptedServer, token: str) -> tuple[Any, dict[int, int]]:
+async def _run_watched(env: vf.AgentEnv, srv: ScriptedServer, token: str, expected: int) -> tuple[Any, dict[int, int]]:
     seen: dict[int, int] = {}
     stop = asyncio.Event()
-    watcher = asyncio.create_task(_watch(token, seen, stop))
+    watcher = asyncio.create_task(_watch(token, expected, seen, stop))
     try:
         out = await env.a_generate(ROWS, vf.make_client(base_url=srv.base_url), "policy")
     finally:
@@ -117,12 +127,12 @@ async def test_a_setsid_daemon_does_not_survive_the_rollout() -> None:
         return 0.0
 
     with ScriptedServer(ServerScript()) as srv:
-        r, seen = await _run_watched(_env([*PROGRAM, "daemon", token], [grab], isolation="require"), srv, token)
+        r, seen = await _run_watched(_env([*PROGRAM, "daemon", token], [grab], isolation="require"), srv, token, 1)
     assert r.error is None and r.stop_reason == "completed", r.error
     assert r.state["agent"]["exit_code"] == 0 and r.state["agent"]["isolated"]
-    # The host saw the program (pid 2 in its namespace) and the daemon (the pid it wrote) running ...
-    assert sorted(seen.values()) == [2, inner["daemon"]] and inner["daemon"] > 2, (seen, inner)
-    daemon_host_pid = next(host for host, pid in seen.items() if pid == inner["daemon"])
+    # The host saw the daemon running, with the pid in its namespace that the program wrote ...
+    assert list(seen.values()) == [inner["daemon"]] and inner["daemon"] > 2, (seen, inner)
+    daemon_host_pid = next(iter(seen))
     # ... and it is gone now, though it had left the program's process group and session.
     assert daemon_host_pid != inner["daemon"] and _with_token(token) == {}
     assert not Path(f"/proc/{daemon_host_pid}").exists() or token.encode() not in Path(
@@ -140,9 +150,9 @@ async def test_timeout_ends_the_whole_isolated_tree() -> None:
 
     with ScriptedServer(ServerScript()) as srv:
         env = _env([*PROGRAM, "hang", token], [grab], isolation="require", timeout_s=4.0)
-        r, seen = await _run_watched(env, srv, token)
+        r, seen = await _run_watched(env, srv, token, 2)
     assert r.stop_reason == "timeout" and r.error is None and r.state["agent"]["timed_out"]
-    assert len(r.tokens) == 1 and len(seen) == 3  # the program, the setsid daemon and the child in the group
+    assert len(r.tokens) == 1 and len(seen) == 2, seen  # the setsid daemon and the child in the group
     assert graceful == ["SIGTERM"]  # the program got the SIGTERM before the namespace went
     assert _with_token(token) == {}
 
@@ -156,11 +166,11 @@ async def test_cancelling_the_rollout_ends_the_whole_isolated_tree() -> None:
         task = asyncio.create_task(env.rollout(vf.make_client(base_url=srv.base_url), "policy",
                                                [{"role": "user", "content": "t"}], state=state))
         try:
-            for _ in range(400):  # until the program, its daemon and its child all run
-                if len(_with_token(token)) == 3:
+            for _ in range(400):  # until its daemon and its child both run
+                if len(_with_token(token, sleepers_only=True)) == 2:
                     break
                 await asyncio.sleep(0.05)
-            assert len(_with_token(token)) == 3
+            assert len(_with_token(token, sleepers_only=True)) == 2
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -6,7 +6,8 @@ Modes (argv[1]):
                   file in its working directory and one next to this script; prints a JSON report
                   (with the pids it can see and its effective capabilities).
   "daemon TOKEN"  double-forks a setsid daemon (a python sleeping, TOKEN in its argv, its pid in
-                  this namespace written to daemon.pid), waits until it runs, makes a chat call, exits 0.
+                  this namespace written to daemon.pid), waits until the test saw it (the file "seen"),
+                  makes a chat call, exits 0.
   "hang TOKEN"    the same daemon, plus a child in its process group, then sleeps until SIGTERM
                   (which it records in the file "terminated").
 """
@@ -48,20 +49,26 @@ def write(path):
         return f"refused: {exc.strerror}"
 
 
+SLEEPER = "import time; time.sleep(600)"
+
+
 def daemon(token):
     """Double fork + setsid: the daemon leaves this process group and its session."""
-    r, w = os.pipe()
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
             with open("daemon.pid", "w") as f:
                 f.write(str(os.getpid()))
-            os.write(w, b"up")
-            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", token])
+            os.execv(sys.executable, [sys.executable, "-c", SLEEPER, token])
         os._exit(0)
-    os.close(w)
-    assert os.read(r, 2) == b"up"
     os.wait()
+
+
+def wait_until_seen():
+    """The test, watching from the host, creates "seen" in this directory once it saw the sleepers."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists("seen") and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 mode = sys.argv[1]
@@ -89,7 +96,8 @@ elif mode in ("daemon", "hang"):
     if mode == "hang":
         import subprocess
 
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[2]])
+        subprocess.Popen([sys.executable, "-c", SLEEPER, sys.argv[2]])
+    wait_until_seen()
     chat([{"role": "user", "content": task}])
     if mode == "hang":
         import signal
