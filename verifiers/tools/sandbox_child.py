@@ -4,7 +4,8 @@
 namespaces, sets up the read-only filesystem and private ``/tmp``, joins the run's cgroup,
 drops privileges, applies the rlimits and the network audit hook, then runs the user's code.
 Kept as text (not imported) because it runs in a fresh interpreter with nothing but the
-standard library.
+standard library. ``ISOLATION``, its first part (namespaces, filesystem, cgroup, privileges),
+is shared with `verifiers.tools.sandbox_exec`, which runs an arbitrary program instead.
 """
 
 # The namespaces, filesystem, cgroup and privilege code shared with `sandbox_exec` (which runs
@@ -243,6 +244,7 @@ def _vf_enter_namespaces(config, got, why, init_hook=None):
         os.waitpid(init, 0)
         msg = b"".join(chunks).decode()
         if msg.startswith("E:"):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # this process goes on, unisolated
             why["namespaces"] = msg[2:]
             got.update(readonly_fs=False, private_tmp=False)
             return False
