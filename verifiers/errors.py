@@ -91,6 +91,11 @@ class AgentCrashedError(AgentError):
     """The agent program exited with a non-zero status (its stderr tail is in the message)."""
 
 
+class AgentIsolationError(AgentError):
+    """``AgentEnv(isolation="require")`` could not isolate the program on this machine (nothing ran);
+    the message names each missing protection and how to get it."""
+
+
 class AgentNoCallsError(AgentError):
     """The agent program ended without calling the model once: nothing to score or train on."""
 

@@ -16,15 +16,14 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from verifiers.envs.agent_program import ProgramRun, minimal_env, run_program
+from verifiers.envs.agent_isolation import Isolation, run_with_isolation
+from verifiers.envs.agent_program import ProgramRun, minimal_env
 from verifiers.envs.environment import Environment
 from verifiers.errors import AgentCrashedError, AgentNoCallsError, ConfigError
 from verifiers.gateway import GatewayCall, Session, SessionLimits, get_gateway
 from verifiers.types import Info, Messages, SamplingArgs, State, Usage
-
-Isolation = Literal["none", "auto", "require"]
 
 RESERVED_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "OPENAI_MODEL", "VF_TASK", "VF_PROMPT",
                  "VF_INFO", "HOME")
@@ -70,6 +69,11 @@ class AgentEnv(Environment):
     (the served policy's; the trainer passes its own) makes later calls token-exact. A crash, a
     non-zero exit, a timeout or a run without model calls is recorded on the rollout, never
     raised out of an evaluation or a training run.
+
+    ``isolation``: ``"none"`` runs the program as a plain process group; ``"require"`` runs it in
+    its own PID, mount, IPC and network namespaces without capabilities, the gateway its only
+    network peer (docs/security.md), or records an ``AgentIsolationError`` where the machine
+    cannot; ``"auto"`` isolates where possible and otherwise warns once and runs it unisolated.
     """
 
     def __init__(
@@ -140,8 +144,9 @@ class AgentEnv(Environment):
         return minimal_env(str(workdir), extra)
 
     async def run_agent(self, command: list[str], workdir: Path, env: dict[str, str]) -> ProgramRun:
-        """Run the program once (the isolation modes wrap this)."""
-        return await run_program(command, str(workdir), env, self.timeout_s, self.max_output_chars)
+        """Run the program once, isolated as ``isolation`` says (see `verifiers.envs.agent_isolation`)."""
+        return await run_with_isolation(self.isolation, command, str(workdir), env, self.timeout_s,
+                                        get_gateway().unix_path, self.max_output_chars)
 
     async def rollout(
         self,
@@ -172,7 +177,7 @@ class AgentEnv(Environment):
             self._record(state, session)
         state["agent"]["run"] = run
         state["agent"].update(exit_code=run.exit_code, timed_out=run.timed_out, stdout=run.stdout, stderr=run.stderr,
-                              duration_s=run.duration_s)
+                              duration_s=run.duration_s, isolated=run.isolated)
         return state["completion"], self._outcome(state, session, run)
 
     def _record(self, state: State, session: Session) -> None:

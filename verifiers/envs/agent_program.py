@@ -35,6 +35,8 @@ class ProgramRun(BaseModel):
     stderr: str = ""
     duration_s: float = 0.0
     pid: int = 0
+    isolated: bool = False
+    """It ran in its own namespaces (``AgentEnv(isolation=...)``), the gateway its only network peer."""
 
 
 def minimal_env(home: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:

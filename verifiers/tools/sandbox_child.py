@@ -4,41 +4,15 @@
 namespaces, sets up the read-only filesystem and private ``/tmp``, joins the run's cgroup,
 drops privileges, applies the rlimits and the network audit hook, then runs the user's code.
 Kept as text (not imported) because it runs in a fresh interpreter with nothing but the
-standard library.
+standard library. ``ISOLATION``, its first part (namespaces, filesystem, cgroup, privileges),
+is shared with `verifiers.tools.sandbox_exec`, which runs an arbitrary program instead.
 """
 
-# Runs inside the child (via `python -c`) before the user's code. It must not rely on
-# anything outside the standard library, and its own frames are cut from tracebacks.
-BOOTSTRAP = r"""
+# The namespaces, filesystem, cgroup and privilege code shared with `sandbox_exec` (which runs
+# an arbitrary program instead of Python code). It must not rely on anything outside the
+# standard library.
+ISOLATION = r"""
 import sys
-
-
-def _vf_isolate_network():
-    # A new, empty network namespace: works as root, or unprivileged where user
-    # namespaces are enabled. Any failure leaves only the audit hook below.
-    import ctypes
-    import os
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        clone_newnet, clone_newuser = 0x40000000, 0x10000000
-        if libc.unshare(clone_newnet) == 0:
-            return
-        uid, gid = os.getuid(), os.getgid()
-        if libc.unshare(clone_newuser | clone_newnet) != 0:
-            return
-        for path, text in (
-            ("/proc/self/setgroups", "deny"),
-            ("/proc/self/uid_map", f"{uid} {uid} 1"),
-            ("/proc/self/gid_map", f"{gid} {gid} 1"),
-        ):
-            try:
-                with open(path, "w") as f:
-                    f.write(text)
-            except OSError:
-                pass
-    except Exception:
-        pass
 
 
 # Syscalls refused inside an isolated run (errno EPERM), by architecture. socket() is refused
@@ -195,7 +169,11 @@ def _vf_filesystem(libc, config, got, why, keep):
     except OSError as exc:
         got["readonly_fs"] = False
         why["readonly_fs"] = f"hiding {path}: {exc}"
-    workdir = config["workdir"] if config["workdir"].startswith("/tmp/") else "/tmp/vf-sandbox/work"
+    # Python code gets a work directory in the private /tmp; a program (`sandbox_exec`, no "source")
+    # keeps its host work directory, bound back read-write from `keep`.
+    workdir = config["workdir"]
+    if "source" in config and not workdir.startswith("/tmp/"):
+        workdir = "/tmp/vf-sandbox/work"
     try:
         mount("tmpfs", "/tmp", "tmpfs", nosuid | nodev, f"size={config['disk_mb']}m,mode=1777")
     except OSError as exc:
@@ -204,8 +182,9 @@ def _vf_filesystem(libc, config, got, why, keep):
     if workdir is not None:  # from here on a failure is the run's (init reports it, nothing runs isolated)
         bind_back("/tmp")
         os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, os.path.basename(config["main"])), "w", encoding="utf-8") as f:
-            f.write(config["source"])
+        if "source" in config:
+            with open(os.path.join(workdir, os.path.basename(config["main"])), "w", encoding="utf-8") as f:
+                f.write(config["source"])
         got["private_tmp"] = True
     covered = hidden + (["/tmp"] if workdir is not None else [])
     for path, (fd, writable) in keep.items():
@@ -215,9 +194,12 @@ def _vf_filesystem(libc, config, got, why, keep):
     return workdir
 
 
-def _vf_enter_namespaces(config, got, why):
+def _vf_enter_namespaces(config, got, why, init_hook=None):
     # Returns True in the isolated process that runs the code, False (in this process) when
-    # namespaces are unavailable. Three processes when it works:
+    # namespaces are unavailable. `init_hook(config)`, if given, runs in init once the mounts are
+    # made (an exception fails the isolation, with its message as the reason) and may return a
+    # callable that init calls after forking the runner (to start threads: none exist at the fork).
+    # Three processes when it works:
     #   this one (outside; waits, then exits with the code's status, signal included),
     #   an init (pid 1 of the new PID namespace; makes the mounts, reaps, and on its exit the
     #   kernel kills everything left in the namespace),
@@ -250,6 +232,9 @@ def _vf_enter_namespaces(config, got, why):
     init = os.fork()
     if init:  # outside: relay the runner's fate
         os.close(w)
+        # A SIGTERM to the process group reaches the code too, which may end cleanly (its status
+        # then comes back here); only SIGKILL of this process ends the namespace at once.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         chunks = []
         while True:
             data = os.read(r, 256)
@@ -259,6 +244,7 @@ def _vf_enter_namespaces(config, got, why):
         os.waitpid(init, 0)
         msg = b"".join(chunks).decode()
         if msg.startswith("E:"):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # this process goes on, unisolated
             why["namespaces"] = msg[2:]
             got.update(readonly_fs=False, private_tmp=False)
             return False
@@ -302,6 +288,7 @@ def _vf_enter_namespaces(config, got, why):
         for fd, _ in keep.values():
             os.close(fd)
         os.chdir("/")
+        after_fork = init_hook(config) if init_hook is not None else None
     except BaseException as exc:
         os.write(w, f"E:{exc}".encode())
         os._exit(0)
@@ -311,12 +298,15 @@ def _vf_enter_namespaces(config, got, why):
         os.close(w)
         if workdir is not None:
             os.chdir(workdir)
-            config["main"] = os.path.join(workdir, os.path.basename(config["main"]))
+            if "main" in config:
+                config["main"] = os.path.join(workdir, os.path.basename(config["main"]))
             os.environ["HOME"] = os.environ["TMPDIR"] = workdir
         else:  # no private /tmp: the host's work directory, read-only if the rest is
             os.chdir(config["workdir"])
         got["namespaces"] = True
         return True
+    if after_fork is not None:
+        after_fork()
     while True:
         try:
             pid, status = os.wait()
@@ -387,6 +377,40 @@ def _vf_drop_privileges():
     fprog = Prog(len(prog), table)
     if prctl(22, 2, ctypes.byref(fprog)) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(f"seccomp: {os.strerror(ctypes.get_errno())}")
+
+
+"""
+
+# Runs inside the child (via `python -c`) before the user's code; its own frames are cut from
+# tracebacks.
+BOOTSTRAP = ISOLATION + r"""
+
+def _vf_isolate_network():
+    # A new, empty network namespace: works as root, or unprivileged where user
+    # namespaces are enabled. Any failure leaves only the audit hook below.
+    import ctypes
+    import os
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newnet, clone_newuser = 0x40000000, 0x10000000
+        if libc.unshare(clone_newnet) == 0:
+            return
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(clone_newuser | clone_newnet) != 0:
+            return
+        for path, text in (
+            ("/proc/self/setgroups", "deny"),
+            ("/proc/self/uid_map", f"{uid} {uid} 1"),
+            ("/proc/self/gid_map", f"{gid} {gid} 1"),
+        ):
+            try:
+                with open(path, "w") as f:
+                    f.write(text)
+            except OSError:
+                pass
+    except Exception:
+        pass
 
 
 def _vf_limit(config):
