@@ -46,6 +46,9 @@ def test_hub_round_trip_install_then_eval(
     assert vf_install([f"{helpers.env_id}@0.1.0", "--index-url", index, "--python", str(venv_python)]) == 0
     out = capsys.readouterr().out
     assert "hubtest-env 0.1.0 loads: SingleTurnEnv (train=4, eval=3)" in out
+    assert " <- " not in out  # one line per package only with -v
+    host = hub_server.url.split("//", 1)[1].rstrip("/")
+    assert "  from: " in out and f"from {host} (-v lists each package)" in out
     assert helpers.wait_for(lambda: f"GET /files/{WHEEL_1} HTTP/1.1" in hub_server.requests())
     assert _installed_version(helpers, venv_python, tmp_path) == "0.1.0"
 

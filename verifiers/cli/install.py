@@ -64,6 +64,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def source_summary(sources: dict[str, str | None]) -> str:
+    """Where the packages came from, one count per index host (``-v`` lists each package)."""
+    from collections import Counter
+    from urllib.parse import urlsplit
+
+    hosts = Counter((urlsplit(url).netloc or urlsplit(url).scheme or url) if url else "unknown source"
+                    for url in sources.values())
+    return ", ".join(f"{n} package{'s' if n != 1 else ''} from {host}" for host, n in hosts.most_common())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -88,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             force_reinstall=args.force_reinstall,
             allow_sdist=args.allow_sdist,
             stream_output=args.verbose,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
             use_pip_config=args.use_pip_config,
         )
     except VFError as exc:
@@ -97,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     where = target.index_url or target.requirement
     changed = ", ".join(result.installed) or "nothing new (already installed)"
     print(f"Installed {target.project} from {target.kind} {where} into {result.python}: {changed}")
-    for name, url in result.sources.items():
-        print(f"  {name} <- {url or 'unknown source'}")
+    if args.verbose:
+        for name, url in result.sources.items():
+            print(f"  {name} <- {url or 'unknown source'}")
+    elif result.sources:
+        print(f"  from: {source_summary(result.sources)} (-v lists each package)")
     for warning in result.warnings:
         print(f"vf-install: warning: {warning}", file=sys.stderr)
     for env in result.environments:

@@ -36,7 +36,7 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ from verifiers.hub.build import (
 )
 from verifiers.hub.index import normalize_project_name, parse_index_links, parse_wheel_filename
 from verifiers.hub.installed_files import inspect_installed
+from verifiers.hub.pip_progress import run_pip
 
 __all__ = [
     "HUB_URL_ENV_VAR",
@@ -542,6 +543,7 @@ def install_environment(
     force_reinstall: bool = False,
     allow_sdist: bool = False,
     stream_output: bool = False,
+    progress: Callable[[str], None] | None = None,
     environ: Mapping[str, str] | None = None,
     use_pip_config: bool = False,
 ) -> InstallResult:
@@ -564,6 +566,7 @@ def install_environment(
             of a fresh Python 3.11 virtualenv extracts sdist members that link outside the build
             directory. Folder and git installs build from source regardless (you chose them).
         stream_output: Let pip print to the terminal instead of capturing its output.
+        progress: Gets a line on what pip is doing every 10 s while its output is captured.
         use_pip_config: Let pip read this machine's pip configuration (``PIP_*`` variables,
             ``pip.conf``), and so its other indexes; off by default, so a hub install takes the
             hub's package. Installing runs the package's build code either way.
@@ -597,12 +600,12 @@ def install_environment(
         if stream_output:
             proc = subprocess.run(cmd, check=False, env=env)
             output = ""
+            returncode = proc.returncode
         else:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-            output = proc.stdout + proc.stderr
-        if proc.returncode != 0:
+            returncode, output = run_pip(cmd, env, progress)
+        if returncode != 0:
             raise ConfigError(
-                f"pip could not install {spec!r} into {python} (exit {proc.returncode})"
+                f"pip could not install {spec!r} into {python} (exit {returncode})"
                 + (f":\n{output_tail(output)}\n" if output else "; see pip's output above. ")
                 + _pip_hint(target, output)
                 + _sdist_hint(target, output, allow_sdist)
