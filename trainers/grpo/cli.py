@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         args.remove("--overwrite")
         args += ["--overwrite_output_dir", "true"]
     path, overrides = (None, args) if args[0].startswith("--") else (args[0], args[1:])
+    from verifiers.cli.quiet import quiet_libraries
     from verifiers.errors import RubricError, ServerError
+
+    quiet_libraries()
 
     try:
         from trainers.grpo.config import load_config

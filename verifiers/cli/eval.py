@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from verifiers.cli.quiet import quiet_libraries
 from verifiers.errors import ConfigError, VFError
 
 EXIT_OK = 0
@@ -376,6 +377,7 @@ def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] |
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``vf-eval``; returns the exit status (0 ok, 1 failed, 2 bad config, 130 interrupted)."""
     args = build_parser().parse_args(argv)
+    quiet_libraries(args.verbose)
     out = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
     try:
