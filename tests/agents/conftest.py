@@ -66,7 +66,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_tokenizer(tiny_model_dir: Path) -> Any:
     from verifiers.inference.loading import load_tokenizer
 
-    return load_tokenizer(tiny_model_dir)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    tokenizer.model_max_length = TINY_CONTEXT  # as the served model's (no length warnings)
+    return tokenizer
 
 
 @pytest.fixture(scope="session")

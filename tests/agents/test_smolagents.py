@@ -129,3 +129,16 @@ async def test_tiny_model_ids_are_the_servers(smolagents_python: Path, tapped_ti
     assert len(calls) >= 2 and calls[0].tools is None and calls[1].tools is not None
     assert not prefix_of(r.tokens[1], r.tokens[0])  # the first action does not extend the plan call
     assert not r.token_sequence().prefix_consistent
+
+
+async def test_a_call_budget_ends_the_real_program_as_data(smolagents_python: Path, tapped_tiny_client: Any,
+                                                          check_server_ids: Any) -> None:
+    client, tap = tapped_tiny_client
+    env = _env(smolagents_python, [ROW], sampling_args={"max_tokens": 8}, max_calls=2)
+    out = await env.a_generate([ROW], client, "tiny")
+    r = out.results[0]
+    # The third call is answered 400 "rollout stopped: ..."; smolagents gives up and exits 1.
+    # The rollout ends as a budget stop, with the two calls it made, not as a crash.
+    assert r.error is None and r.stop_reason == "max_turns"
+    assert r.state["agent"]["exit_code"] == 1 and "rollout stopped: the call budget of 2" in r.state["agent"]["stderr"]
+    assert check_server_ids(out.results, tap) == 2 and len(r.tokens) == 2
