@@ -175,3 +175,9 @@ def extends(later: Any, earlier: Any) -> bool:
 def prefix_of() -> Any:
     """`extends` (fixtures are how test modules reach conftest helpers under importlib imports)."""
     return extends
+
+
+@pytest.fixture
+def agent_venvs() -> Any:
+    """The _venvs module (how the agent venvs are built and cached)."""
+    return venvs
