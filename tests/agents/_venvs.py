@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 CACHE_VAR = "VF_TEST_AGENTS_DIR"
-INSTALL_TIMEOUT_S = 1200
+INSTALL_TIMEOUT_S = 600
 _MARKER = "vf-complete.json"
 
 
