@@ -33,6 +33,19 @@ def _text(content: Any) -> str:
     return content or ""
 
 
+def _processes_of(python: Path) -> list[str]:
+    """Command lines of running processes started with ``python`` (this venv's interpreter)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:  # ended while we looked
+            continue
+        if argv and argv[0] == str(python).encode():
+            found.append(" ".join(a.decode(errors="replace") for a in argv))
+    return found
+
+
 def _stdout_is_answer(state: dict[str, Any], answer: str, **_: Any) -> float:
     return float(state["agent"]["stdout"].strip() == answer)
 
@@ -79,6 +92,8 @@ async def test_function_tool_and_mcp_calculator_run_for_real_call_by_call(openai
     # The Agents SDK resends the whole conversation each turn: one linear history, one training row.
     assert r.token_sequence().prefix_consistent
     assert r.completion[-1] == {"role": "assistant", "content": "28931"}
+    # Neither the program nor the MCP server it started outlives the rollout.
+    assert _processes_of(openai_agents_python) == []
 
 
 async def test_tool_errors_reach_the_model_and_a_crash_is_data(openai_agents_python: Path) -> None:
