@@ -90,6 +90,9 @@ async def test_planning_rewrites_the_history_call_by_call(smolagents_python: Pat
     assert not any(prefix_of(t[j], t[i]) for j in range(4) for i in range(j))
     assert t[3].prompt_ids[: len(t[1].prompt_ids)] == t[1].prompt_ids
     assert not r.token_sequence().prefix_consistent
+    # ...so the trainer trains it as 4 rows (none dropped), every sampled token exactly once
+    rows = r.token_rows()
+    assert len(rows) == 4 and sum(sum(row.completion_mask) for row in rows) == sum(len(x.completion_ids) for x in t)
     assert r.completion == [r.state["agent"]["calls"][3].reply]  # not one conversation: the last reply alone
     assert r.prompt == plan0["messages"]
 
