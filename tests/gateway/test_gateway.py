@@ -252,3 +252,42 @@ async def test_bad_bodies_get_a_400_naming_the_problem(bad: str) -> None:
 
         status, payload = await _in_thread(send)
         assert status == 400 and ("JSON" in payload["error"]["message"])
+
+
+async def test_a_hosted_api_that_rejects_token_fields_is_asked_again_without_them() -> None:
+    """OpenAI's API answers 400 "Unrecognized request argument supplied: return_token_ids" (a
+    stand-in for it here: a hosted API cannot be run on this machine). The program still gets its
+    answer; nothing is recorded to train on."""
+    from aiohttp import web
+
+    seen: list[dict[str, Any]] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        if "return_token_ids" in body:
+            return web.json_response({"error": {"message": "Unrecognized request argument supplied: "
+                                                "return_token_ids", "type": "invalid_request_error"}}, status=400)
+        return web.json_response({"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
+                                  "choices": [{"index": 0, "finish_reason": "stop",
+                                               "message": {"role": "assistant", "content": "hosted"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        s = get_gateway().open_session(vf.make_client(base_url=f"http://127.0.0.1:{port}/v1", max_retries=0), "gpt")
+
+        def program() -> str | None:
+            c = openai.OpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)
+            return c.chat.completions.create(model="m", messages=MSG).choices[0].message.content
+
+        assert await _in_thread(program) == "hosted"
+        assert len(seen) == 2 and "return_token_ids" not in seen[1] and "logprobs" not in seen[1]
+        assert s.calls[0].tokens is None and not s.want_tokens
+    finally:
+        await runner.cleanup()

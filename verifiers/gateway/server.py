@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +28,7 @@ from verifiers.gateway.wire import error_body, models_json, sse_events
 from verifiers.types import SamplingArgs
 
 HOST = "127.0.0.1"
+MAX_CLOSED_IDS = 100_000
 _OTHER_DIALECTS = {
     "responses": "the OpenAI Responses API",
     "messages": "the Anthropic Messages API",
@@ -43,7 +45,7 @@ class InterceptionGateway:
 
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
-        self._closed: set[str] = set()
+        self._closed: OrderedDict[str, None] = OrderedDict()  # recent closed ids, for a clear 409
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._port: int | None = None
@@ -154,7 +156,9 @@ class InterceptionGateway:
         """Later requests of this session answer 409; its record stays on the `Session` object."""
         session.closed = True
         self._sessions.pop(session.id, None)
-        self._closed.add(session.id)
+        self._closed[session.id] = None
+        while len(self._closed) > MAX_CLOSED_IDS:  # a long run closes millions; older ids answer 404
+            self._closed.popitem(last=False)
 
     # -- HTTP
     def _app(self) -> web.Application:
