@@ -48,3 +48,14 @@ def test_an_overlong_prompt_names_the_context_not_token_ids() -> None:
 def test_missing_token_ids_still_say_so() -> None:
     reason = no_rows_reason([rollout()] * 2, step=0, max_seq_len=512)
     assert "the server must return token ids (return_token_ids) and logprobs" in reason
+
+
+def test_prompts_over_the_context_say_so_not_token_ids() -> None:
+    # What a rollout looks like when the server refuses the prompt as over its context: the
+    # environment ends it as truncated with stop reason prompt_too_long, without an error.
+    overlong = RolloutResult(example_id=0, prompt=[{"role": "user", "content": "q"}], completion=[],
+                             stop_reason="prompt_too_long", is_truncated=True)
+    reason = no_rows_reason([overlong] * 3, step=2, max_seq_len=512)
+    assert "every rollout of step 3 stopped before the model answered" in reason
+    assert "lower max_tokens" in reason and "token ids" not in reason
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,3 +36,60 @@ async def test_agent_program_calls_are_recorded_with_vllms_own_token_ids(vllm_se
             assert turn.prompt_ids == theirs
             assert 1 <= len(turn.completion_ids) <= 8 and len(turn.completion_logprobs) == len(turn.completion_ids)
             assert call.reply["content"] == tokenizer.decode(turn.completion_ids, skip_special_tokens=True)
+
+
+def _teach_ok(model_dir: Path) -> None:
+    """A few seconds of SFT so the tiny model answers "ok" and stops, turn after turn (a random
+    one never stops, and token-in continues only replies that ended on the stop token)."""
+    import torch
+
+    from trainers.grpo.data.batch import expert_rows
+
+    model, tok = load_model_and_tokenizer(model_dir)
+    conv = [{"role": "user", "content": "say something"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "again 0"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "again 1"}, {"role": "assistant", "content": "ok"}]
+    (row,) = expert_rows(tok, [conv], 4096)
+    ids = torch.tensor([row.input_ids])
+    mask = torch.tensor([row.loss_mask], dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(400):
+        logits = model(input_ids=ids).logits[0, :-1].float()
+        loss = (torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none") * mask[0]).sum() / mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 2e-3:
+            break
+    model.eval()
+    model.save_pretrained(model_dir)
+
+
+async def test_follow_up_calls_go_to_vllm_as_token_ids(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any) -> None:
+    """Token-in against vLLM: /v1/completions with an id prompt, logprobs and return_token_ids."""
+    import pytest
+
+    from verifiers.inference.tiny import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
+    _teach_ok(model_dir)
+    tokenizer = load_model_and_tokenizer(model_dir)[1]
+    env = vf.AgentEnv(command=[sys.executable, str(PROGRAM), "calls", "3"],
+                      dataset=[{"question": "say something", "answer": ""}],
+                      rubric=vf.Rubric(funcs=[lambda **_: 0.0]), tokenizer=tokenizer,
+                      sampling_args={"temperature": 0.0, "max_tokens": 16})
+    with VLLMServer(server_spec(model_dir), log_path=tmp_path / "vllm.log") as server:
+        out = await env.a_generate(env.get_dataset().rows, vf.make_client(base_url=server.base_url), "policy")
+    (r,) = out.results
+    assert r.error is None, r.error
+    calls = r.state["agent"]["calls"]
+    if [c.finish_reason for c in calls[:2]] != ["stop", "stop"]:
+        pytest.fail(f"the taught model did not stop: {[(c.finish_reason, c.reply) for c in calls]}")
+    assert [c.token_in for c in calls] == [False, True, True]
+    assert [c.reply["content"] for c in calls] == ["ok", "ok", "ok"]
+    for prev, call in itertools.pairwise(calls):
+        sampled = prev.tokens.prompt_ids + prev.tokens.completion_ids
+        assert call.tokens.prompt_ids[: len(sampled)] == sampled  # vLLM saw exactly what it sampled
+        assert len(call.tokens.completion_logprobs) == len(call.tokens.completion_ids)
+    assert r.token_sequence().prefix_consistent and len(r.token_rows()) == 1

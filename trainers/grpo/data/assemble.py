@@ -34,7 +34,12 @@ def no_rows_reason(results: list[RolloutResult], step: int, max_seq_len: int) ->
     a prompt over the context) and rows longer than ``max_seq_len`` each get their own message.
     """
     failed = [r for r in results if not r.tokens and r.error is not None]
-    if any(not r.tokens and r.error is None for r in results):
+    overlong = [r for r in results if not r.tokens and r.error is None and r.stop_reason == "prompt_too_long"]
+    if overlong and len(overlong) + len(failed) == len(results):
+        return (f"every rollout of step {step + 1} stopped before the model answered because the prompt did not fit "
+                "the server's context (stop reason prompt_too_long): lower max_tokens (the server counts prompt + "
+                "max_tokens against its context length), shorten the prompts, or serve a longer context")
+    if any(not r.tokens and r.error is None and r.stop_reason != "prompt_too_long" for r in results):
         errors = sorted({r.error.type for r in failed if r.error})
         return ("no rollout in this batch has token data to train on"
                 + (f" (errors: {', '.join(errors)})" if errors else "")
