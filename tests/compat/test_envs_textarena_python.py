@@ -75,10 +75,8 @@ def test_textarena_env_errors_clearly_without_the_package() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=dict(os.environ)
     )
     assert out.returncode == 0, out.stderr
-    assert (
-        "ERR TextArenaEnv needs the 'textarena' package" in out.stdout
-        and "verifiers[textarena]" in out.stdout
-    )
+    assert "ERR TextArenaEnv needs the 'textarena' package" in out.stdout
+    assert '.[textarena]"' in out.stdout  # the extra, for how verifiers was installed (here: a clone)
 
 
 async def test_textarena_env_plays_a_real_game() -> None:

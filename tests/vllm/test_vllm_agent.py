@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import verifiers as vf
 from verifiers.inference.loading import load_model_and_tokenizer
 from verifiers.inference.vllm_admin import VLLMAdmin
@@ -66,10 +68,10 @@ def _teach_ok(model_dir: Path) -> None:
     model.save_pretrained(model_dir)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 async def test_follow_up_calls_go_to_vllm_as_token_ids(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any) -> None:
     """Token-in against vLLM: /v1/completions with an id prompt, logprobs and return_token_ids."""
-    import pytest
-
     from verifiers.inference.tiny import save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
