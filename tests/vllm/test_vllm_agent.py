@@ -40,42 +40,22 @@ async def test_agent_program_calls_are_recorded_with_vllms_own_token_ids(vllm_se
             assert call.reply["content"] == tokenizer.decode(turn.completion_ids, skip_special_tokens=True)
 
 
-def _teach_ok(model_dir: Path) -> None:
-    """A few seconds of SFT so the tiny model answers "ok" and stops, turn after turn (a random
-    one never stops, and token-in continues only replies that ended on the stop token)."""
-    import torch
-
-    from trainers.grpo.data.batch import expert_rows
-
-    model, tok = load_model_and_tokenizer(model_dir)
-    conv = [{"role": "user", "content": "say something"}, {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": "again 0"}, {"role": "assistant", "content": "ok"},
-            {"role": "user", "content": "again 1"}, {"role": "assistant", "content": "ok"}]
-    (row,) = expert_rows(tok, [conv], 4096)
-    ids = torch.tensor([row.input_ids])
-    mask = torch.tensor([row.loss_mask], dtype=torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(400):
-        logits = model(input_ids=ids).logits[0, :-1].float()
-        loss = (torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none") * mask[0]).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if loss.item() < 2e-3:
-            break
-    model.eval()
-    model.save_pretrained(model_dir)
+OK_CONVERSATION = [{"role": "user", "content": "say something"}, {"role": "assistant", "content": "ok"},
+                   {"role": "user", "content": "again 0"}, {"role": "assistant", "content": "ok"},
+                   {"role": "user", "content": "again 1"}, {"role": "assistant", "content": "ok"}]
+"""Taught so the tiny model answers "ok" and stops, turn after turn: a random one never stops, and
+token-in continues only replies that ended on the stop token."""
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_follow_up_calls_go_to_vllm_as_token_ids(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any) -> None:
+async def test_follow_up_calls_go_to_vllm_as_token_ids(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any,
+                                                       teach_conversation: Any) -> None:
     """Token-in against vLLM: /v1/completions with an id prompt, logprobs and return_token_ids."""
     from verifiers.inference.tiny import save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
-    _teach_ok(model_dir)
+    teach_conversation(model_dir, OK_CONVERSATION)
     tokenizer = load_model_and_tokenizer(model_dir)[1]
     env = vf.AgentEnv(command=[sys.executable, str(PROGRAM), "calls", "3"],
                       dataset=[{"question": "say something", "answer": ""}],

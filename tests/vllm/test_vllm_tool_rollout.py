@@ -35,47 +35,26 @@ def make_env() -> vf.ToolEnv:
                       dataset=[{"question": "What is stored under k7?", "answer": "violet"}])
 
 
-def teach_tool_use(model_dir: Path, env: vf.ToolEnv) -> None:
-    """Supervised training on the one conversation until greedy decoding reproduces it."""
-    import torch
-
-    from trainers.grpo.data.batch import expert_rows
-    from verifiers.inference.loading import load_model_and_tokenizer
-
-    model, tok = load_model_and_tokenizer(model_dir)
+def tool_conversation(env: vf.ToolEnv) -> list[dict[str, Any]]:
+    """The one conversation the tiny model is taught: call lookup, read the result, answer."""
     prompt = env.get_dataset().rows[0]["prompt"]
     call = {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": {"key": "k7"}}}
-    conv = [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]},
+    return [*prompt, {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": "violet", "tool_call_id": "call_0"},
             {"role": "assistant", "content": "violet"}]
-    # expert_rows renders through the chat template; the tools block is part of the system turn.
-    (row,) = expert_rows(tok, [conv], 4096, tools=[env.oai_tools])
-    ids = torch.tensor([row.input_ids])
-    mask = torch.tensor([row.loss_mask], dtype=torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(600):
-        logits = model(input_ids=ids).logits[0, :-1].float()
-        loss = (torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none") * mask[0]).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if loss.item() < 2e-3:
-            break
-    assert loss.item() < 5e-3, f"the tiny model did not learn the conversation (loss {loss.item():.4f})"
-    model.eval()
-    model.save_pretrained(model_dir)
 
 
 @pytest.mark.slow
-def test_tool_rollout_through_vllm_is_token_exact(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any) -> None:
+def test_tool_rollout_through_vllm_is_token_exact(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any,
+                                                  teach_conversation: Any) -> None:
     from trainers.grpo.data.batch import row_from_result
     from verifiers.inference.tiny import save_tiny_model
     from verifiers.inference.vllm_server import VLLMServer
 
     env = make_env()
     model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
-    teach_tool_use(model_dir, env)
+    # the tools block is part of the system turn: taught with the same schemas the rollout sends
+    teach_conversation(model_dir, tool_conversation(env), tools=env.oai_tools)
     spec = server_spec(model_dir)
     spec.extra_args += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     with VLLMServer(spec, log_path=tmp_path / "vllm.log") as server:

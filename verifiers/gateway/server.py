@@ -25,6 +25,7 @@ from aiohttp import web
 from verifiers.gateway.records import SessionLimits
 from verifiers.gateway.session import Session, TokenPrompt
 from verifiers.gateway.wire import error_body, models_json, sse_events
+from verifiers.tools.background_loop import BackgroundLoop
 from verifiers.types import SamplingArgs
 
 HOST = "127.0.0.1"
@@ -46,66 +47,46 @@ class InterceptionGateway:
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()  # recent closed ids, for a clear 409
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("vf-gateway")  # its own thread: a busy rollout loop never delays an answer
+        self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._lock = threading.Lock()
         self._unix_dir = ""
 
     # -- lifecycle
     def start(self) -> InterceptionGateway:
+        """Listen (on first call); returns once the sockets accept connections."""
         with self._lock:
-            if self._thread is not None:
-                return self
-            ready = threading.Event()
-            failure: list[BaseException] = []
-            self._thread = threading.Thread(target=self._serve, args=(ready, failure), name="vf-gateway", daemon=True)
-            self._thread.start()
-            ready.wait()
-            if failure:
-                self._thread.join()
-                self._thread = None
-                raise failure[0]
+            if self._runner is None:
+                self._runner = self._loop.run_sync(self._listen(), timeout_s=60)
         return self
 
     def stop(self) -> None:
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        self._thread = self._loop = None
-        self._port = None
+        """Close every connection and the sockets; a later `start` listens afresh."""
+        with self._lock:
+            runner, self._runner = self._runner, None
+            if runner is None:
+                return
+            with contextlib.suppress(Exception):
+                self._loop.run_sync(runner.cleanup(), timeout_s=10)
+            self._loop.stop()
+            shutil.rmtree(self._unix_dir, ignore_errors=True)
+            self._port = None
 
-    def _serve(self, ready: threading.Event, failure: list[BaseException]) -> None:
-        loop = asyncio.new_event_loop()
+    async def _listen(self) -> web.AppRunner:
+        runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
+        await runner.setup()
         try:
-            runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
-            loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, HOST, 0)
-            loop.run_until_complete(site.start())
+            await web.TCPSite(runner, HOST, 0).start()
             self._port = runner.addresses[0][1]
             # The same app on a filesystem socket: a program in its own network namespace reaches
             # the gateway through it (a relay inside the namespace), and through nothing else.
             self._unix_dir = tempfile.mkdtemp(prefix="vf-gateway-")
-            loop.run_until_complete(web.UnixSite(runner, os.path.join(self._unix_dir, "gateway.sock")).start())
-        except BaseException as exc:
-            failure.append(exc)
-            loop.close()
-            ready.set()
-            return
-        self._loop = loop
-        ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(runner.cleanup())
-            shutil.rmtree(self._unix_dir, ignore_errors=True)
-            for task in asyncio.all_tasks(loop):
-                task.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
+            await web.UnixSite(runner, os.path.join(self._unix_dir, "gateway.sock")).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        return runner
 
     @property
     def url(self) -> str:
