@@ -529,6 +529,29 @@ def verify_installed(
     return [LoadedEnvironment.model_validate(r) for r in results]
 
 
+CHECKED_CLIS = ("verifiers.cli.eval", "verifiers.cli.view")
+"""The commands an installed environment is used with (vf-eval, vf-view); started with ``--help``."""
+
+
+def check_cli_starts(python: str, env: Mapping[str, str] | None = None) -> None:
+    """Start the CLIs an environment is used with in ``python``; raise when one cannot start.
+
+    Loading the environment imports only the core; vf-eval also needs its own dependencies
+    (rich, the HTTP clients), and an install that leaves one broken must not report success.
+    """
+    for module in CHECKED_CLIS:
+        with tempfile.TemporaryDirectory(prefix="vf-verify-") as cwd:
+            proc = subprocess.run([python, "-m", module, "--help"], capture_output=True, text=True, cwd=cwd,
+                                  check=False, env=dict(env) if env is not None else None, timeout=300)
+        if proc.returncode != 0:
+            name = "vf-" + module.rsplit(".", 1)[-1]
+            raise ConfigError(
+                f"installed, but {name} cannot start in {python} (exit {proc.returncode}):\n"
+                f"{output_tail(proc.stdout + proc.stderr)}\nRepair that interpreter's packages "
+                f"(`{python} -m pip check` lists what is broken) and install again."
+            )
+
+
 def install_environment(
     spec: str,
     *,
@@ -621,6 +644,8 @@ def install_environment(
     warnings = _source_warnings(target, installed, extra)
     warnings += inspect_installed(python, [name for name, _, _ in installed])
     environments = verify_installed(python, [project], env_args=env_args, check=check) if verify else []
+    if verify:
+        check_cli_starts(python)
     return InstallResult(
         target=target, python=python, installed=[name for name, _, _ in installed], environments=environments,
         sources={name: url for name, _, url in installed}, warnings=warnings,

@@ -1,4 +1,4 @@
-"""vf-install's report of what pip is doing while its output is captured."""
+"""vf-install's feedback: what pip is doing while it runs, and a check that the installed CLIs start."""
 
 from __future__ import annotations
 
@@ -33,3 +33,20 @@ def test_phases_are_counted_from_pips_own_lines() -> None:
     for line in PIP_LIKE.split('"')[1::2][:5]:
         p.feed(line)
     assert p.line(12.4) == "vf-install: pip is resolving: 3 packages collected, 1 downloaded (12 s)"
+
+
+def test_the_install_check_starts_the_clis_and_names_a_broken_one(tmp_path) -> None:
+    import pytest
+
+    from verifiers.errors import ConfigError
+    from verifiers.hub.install import check_cli_starts
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    check_cli_starts(sys.executable, {**os.environ, "PYTHONPATH": repo})  # this interpreter: both start
+    broken = tmp_path / "rich"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('rich is broken in this venv')\n")
+    with pytest.raises(ConfigError) as err:
+        check_cli_starts(sys.executable, {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}"})
+    assert "installed, but vf-eval cannot start in" in str(err.value)
+    assert "rich is broken in this venv" in str(err.value) and "pip check" in str(err.value)
