@@ -143,12 +143,23 @@ def _read_port(proc: subprocess.Popen[str], timeout_s: float) -> int:
     return int(port)
 
 
+def script_summary(script: ServerScript, default: bool) -> str:
+    """What the server will answer, for the person who started it (stderr; stdout is for spawn)."""
+    if default:
+        return ("replies with the default script: it echoes the last user message, so an environment that "
+                "expects another answer or format scores 0 against it; script the replies with --script-json "
+                """'{"replies": [{"content": "<answer>4</answer>"}]}' or --script FILE""")
+    return f"replies with a script of {len(script.replies)} rule(s)"
+
+
 async def _serve_until_stopped(
-    script: ServerScript, port: int, max_lifetime_s: float, parent_pid: int | None
+    script: ServerScript, port: int, max_lifetime_s: float, parent_pid: int | None, announce: str | None = None
 ) -> None:
     app = ScriptedApp(script)
     runner, bound = await app.start_runner(port)
     print(f"LISTENING {bound}", flush=True)
+    if announce:
+        print(f"scripted server on http://{HOST}:{bound}/v1 {announce}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -197,4 +208,5 @@ def main(argv: list[str] | None = None) -> None:
     else:
         raw = "{}"
     script = ServerScript.model_validate_json(raw)
-    asyncio.run(_serve_until_stopped(script, args.port, args.max_lifetime_s, args.parent_pid))
+    asyncio.run(_serve_until_stopped(script, args.port, args.max_lifetime_s, args.parent_pid,
+                                     announce=script_summary(script, raw == "{}")))
