@@ -31,7 +31,7 @@ from verifiers.errors import (
 from verifiers.parsers import Parser, ThinkParser, XMLParser, extract_boxed_answer
 from verifiers.rollout import RolloutInput, run_rollouts
 from verifiers.rubrics import JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric, group_reward
-from verifiers.tools.sandbox import SandboxLimits, python_tool, run_python
+from verifiers.tools.sandbox import SandboxLimits, python_tool, run_python, run_python_sync
 from verifiers.tools.schema import tool_schema
 from verifiers.types import (
     ChatCompletion,
@@ -193,6 +193,7 @@ __all__ = [
     "print_prompt_completions_sample",
     "python_tool",
     "run_python",
+    "run_python_sync",
     "run_rollouts",
     "setup_logging",
     "tool_schema",

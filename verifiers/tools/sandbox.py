@@ -260,6 +260,9 @@ async def run_python(
 ) -> SandboxResult:
     """Run `code` as `__main__` in a fresh directory under `limits` and collect its output.
 
+    A coroutine: ``await vf.run_python(code)`` in async code (tools, environments); from plain
+    code (a script, a notebook cell without a running loop) call ``vf.run_python_sync(code)``.
+    A plain ``run_python(code)`` only builds the coroutine and runs nothing.
     Cancelling the awaiting task kills the child's process group before re-raising.
     """
     limits = limits if limits is not None else SandboxLimits()
