@@ -292,4 +292,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
         data = load_toml(path, missing="config file {path} does not exist (examples: examples/configs/*.toml)")
     if overrides:
         data = merge(data, overrides if isinstance(overrides, dict) else parse_overrides(overrides))
+    if path is not None and isinstance(data.get("expert_data"), str):
+        data["expert_data"] = resolve_data_path(data["expert_data"], Path(path), "expert_data")
     return validate(TrainConfig, data, "training config", docs="docs/training.md")
+
+
+def resolve_data_path(value: str, config: Path, key: str) -> str:
+    """A relative path from a config: from the working directory (as always), else from the config
+    file's folder or one above it (``examples/configs/x.toml`` names ``examples/data/...``, relative
+    to the checkout), so a run started elsewhere still finds it; if none has it, say where we looked."""
+    given = Path(value).expanduser()
+    if given.is_absolute() or given.exists():
+        return value
+    tried = [Path.cwd() / given]
+    for folder in [config.resolve().parent, *config.resolve().parent.parents]:
+        candidate = folder / given
+        if candidate.exists():
+            return str(candidate)
+        tried.append(candidate)
+    raise ConfigError(f"{key} {value!r} does not exist: looked in {tried[0]} (the working directory) and next to "
+                      f"the config {config} and above it ({tried[1]} ... {tried[-1]}); give an absolute path")

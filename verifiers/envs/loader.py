@@ -50,9 +50,10 @@ def _find_loader(env_id: str) -> Any:
         sys.path.insert(0, str(root))
         return _find_loader(env_id)
     raise ConfigError(
-        f"environment {env_id!r} is not installed (no module {module!r} and no "
-        f"{ENTRY_POINT_GROUP!r} entry point named so). Install it with `vf-install {env_id}` "
-        f"or `pip install -e environments/{module}`."
+        f"environment {env_id!r} is not installed (no module {module!r}, no "
+        f"{ENTRY_POINT_GROUP!r} entry point named so, and no checkout under "
+        f"{Path.cwd() / ENVIRONMENTS_DIR}). Install it with `vf-install {env_id}` "
+        f"or `pip install -e environments/{module}`, or run from the folder that holds environments/{module}."
     )
 
 
