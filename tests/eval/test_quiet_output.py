@@ -36,3 +36,11 @@ def test_no_datasets_progress_bars_unless_verbose(tmp_path: Path) -> None:
     assert quiet.returncode == 0, quiet.stderr
     assert "Map" not in quiet.stderr and "%|" not in quiet.stderr
     assert loud.returncode == 0 and "Map" in loud.stderr  # the bars exist: -v keeps them
+
+
+def test_library_future_warnings_are_hidden_but_ours_are_not() -> None:
+    code = ("import warnings\nfrom verifiers.cli.quiet import quiet_libraries\nquiet_libraries()\n"
+            "warnings.warn_explicit('old api', FutureWarning, 'x.py', 1, module='transformers.utils.generic')\n"
+            "warnings.warn_explicit('your env', FutureWarning, 'y.py', 1, module='my_env')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "old api" not in out.stderr and "your env" in out.stderr

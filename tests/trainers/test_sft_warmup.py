@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,12 @@ def test_a_run_warms_up_on_expert_content_before_its_first_rollout(tmp_path: Pat
     text = out.getvalue()
     assert "sft warm-up: 60 steps on 1024 expert rows (content)" in text
     assert text.index("sft warm-up done") < text.index("step 1/1")
+    # the banner comes first, and the warm-up's progress lines carry a rate and an estimate
+    assert text.index("vf-train: device cpu") < text.index("sft warm-up: 60 steps")
+    assert "torch threads 1 (torch_threads)" in text
+    progress = [line for line in text.splitlines() if line.startswith("sft warm-up step ")]
+    assert progress[0].startswith("sft warm-up step 1/60: loss ") and progress[-1].startswith("sft warm-up step 60/60")
+    assert all(re.search(r"\| \d+\.\d\d s/step \| eta \d+:\d\d$", line) for line in progress), progress
     # the RL phase runs at its own learning rate, not the warm-up's
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["learning_rate"] == pytest.approx(1e-4)
