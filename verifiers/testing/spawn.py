@@ -209,4 +209,4 @@ def main(argv: list[str] | None = None) -> None:
         raw = "{}"
     script = ServerScript.model_validate_json(raw)
     asyncio.run(_serve_until_stopped(script, args.port, args.max_lifetime_s, args.parent_pid,
-                                     announce=script_summary(script, raw == "{}")))
+                                     announce=None if args.parent_pid else script_summary(script, raw == "{}")))
