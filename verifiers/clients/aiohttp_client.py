@@ -72,6 +72,9 @@ def retry_delay(attempt: int, headers: Any = None) -> float:
 class AiohttpChatClient(RequestAdapter):
     """`ChatClient` posting with aiohttp; one connection pool per event loop."""
 
+    any_loop = True
+    """Usable from any event loop (a pool per loop): the interception gateway calls it from its own."""
+
     def __init__(
         self,
         base_url: str,

@@ -125,6 +125,8 @@ class ChatClient(Protocol):
 class OpenAIChatClient(RequestAdapter):
     """`ChatClient` over an ``openai.AsyncOpenAI``."""
 
+    any_loop = True  # a copy of the SDK client per event loop (`_for_this_loop`)
+
     def __init__(self, client: openai.AsyncOpenAI) -> None:
         self.client = client
         self._response_cls = _http_module().Response
@@ -170,6 +172,8 @@ class SyncOpenAIChatClient(RequestAdapter):
 
     Each call runs in a worker thread; prefer ``AsyncOpenAI`` for throughput.
     """
+
+    any_loop = True
 
     def __init__(self, client: openai.OpenAI) -> None:
         self.client = client

@@ -171,8 +171,9 @@ class InterceptionGateway:
         session = self._session(request)
         if isinstance(session, web.Response):
             return session
+        raw = await request.read()
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _json(400, error_body(f"the request body is not JSON: {exc}"))
         if not isinstance(body, dict):
@@ -181,7 +182,7 @@ class InterceptionGateway:
             retry = int(request.headers.get("x-stainless-retry-count", "0") or 0)
         except ValueError:
             retry = 0
-        status, payload = await session.handle(body, retry)
+        status, payload = await session.handle(body, retry, raw)
         if status != 200 or not body.get("stream"):
             return _json(status, payload)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

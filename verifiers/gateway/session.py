@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import secrets
 import time
 from collections.abc import Callable
@@ -45,8 +44,9 @@ def _status_of(exc: BaseException, default: int) -> int:
     return default
 
 
-def _body_key(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+def _body_key(raw: bytes) -> str:
+    """An SDK retry re-sends the very same bytes; hashing them skips re-serialising the body."""
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 class Session:
@@ -98,14 +98,14 @@ class Session:
         }
 
     # -- serving (runs on the gateway's thread)
-    async def handle(self, body: dict[str, Any], retry_count: int) -> Reply:
+    async def handle(self, body: dict[str, Any], retry_count: int, raw: bytes) -> Reply:
         """Answer one ``POST /chat/completions``; an SDK retry of the last body replays its answer.
 
         Only a request marked as a retry (``x-stainless-retry-count`` > 0) with the same body is
         replayed: an unmarked identical body is a new turn (a program may ask the same twice).
         A retry of a call that failed is sampled again, so the program's retry policy works.
         """
-        key = _body_key(body)
+        key = _body_key(raw)
         last = self._last
         if retry_count > 0 and last is not None and last[0] == key:
             (status, payload), call = await asyncio.shield(last[1])
@@ -161,7 +161,10 @@ class Session:
         if (stopped := self._over_budget()) is not None:
             return (400, error_body(stopped, code="rollout_stopped")), None
         tools = body.get("tools") or None
-        call = GatewayCall(seq=len(self.calls), started=time.time(), messages=messages, tools=tools)
+        # model_construct: the fields are ours or the program's JSON; validating every message costs per call
+        call = GatewayCall.model_construct(seq=len(self.calls), started=time.time(), messages=messages, tools=tools,
+                                           ended=0.0, reply=None, tokens=None, finish_reason=None, status=0,
+                                           error=None, token_in=False, retries_replayed=0)
         self.calls.append(call)
         try:
             response = await self._sample(call, messages, tools, self._upstream_args(body))
@@ -194,14 +197,17 @@ class Session:
     async def _sample(
         self, call: GatewayCall, messages: list[dict[str, Any]], tools: Any, args: dict[str, Any]
     ) -> ModelResponse:
-        """One upstream call, run on the rollout's loop (where the client lives)."""
+        """One upstream call: here when the client works on any loop, else on the rollout's loop
+        (where the client lives). The hop to another thread costs a GIL hand-over per call."""
+        if getattr(self.client, "any_loop", False):
+            return await self._upstream(call, messages, tools, args)
         try:
-            running = asyncio.run_coroutine_threadsafe(self._on_rollout_loop(call, messages, tools, args), self.loop)
+            running = asyncio.run_coroutine_threadsafe(self._upstream(call, messages, tools, args), self.loop)
         except RuntimeError as exc:  # the rollout's loop is closed: the rollout is over
             raise ServerError(f"the rollout owning this session has ended ({exc})") from exc
         return await asyncio.wrap_future(running)
 
-    async def _on_rollout_loop(
+    async def _upstream(
         self, call: GatewayCall, messages: list[dict[str, Any]], tools: Any, args: dict[str, Any]
     ) -> ModelResponse:
         if self.token_prompt is not None and self.want_tokens:
