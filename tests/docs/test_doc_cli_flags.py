@@ -229,3 +229,29 @@ def test_unknown_flags_and_keys_are_caught() -> None:
     assert "--no-such-flag" not in cli_parser("verifiers.cli.eval")._option_string_actions
     assert train_key_exists("vllm.num_servers") and train_key_exists("learning_rate")
     assert not train_key_exists("vllm.no_such_key") and not train_key_exists("learning_rat")
+
+
+def training_table_keys() -> dict[str, int]:
+    """The keys in docs/training.md's `| field | default | meaning |` tables, with their lines."""
+    keys: dict[str, int] = {}
+    in_table = False
+    for n, line in enumerate((S.ROOT / "docs" / "training.md").read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("| field | default | meaning |"):
+            in_table = True
+        elif not line.startswith("|"):
+            in_table = False
+        elif in_table and not line.startswith("|---"):
+            first = line.split("|")[1]
+            for key in re.findall(r"`\[?([\w.]+)\]?`", first):
+                keys[key] = n
+    return keys
+
+
+def test_training_md_documents_exactly_the_config_fields() -> None:
+    from trainers.grpo.config import TrainConfig
+
+    keys = training_table_keys()
+    unknown = [f"docs/training.md:{n}: {k}" for k, n in keys.items() if not train_key_exists(k)]
+    undocumented = sorted(set(TrainConfig.model_fields) - set(keys))
+    assert not unknown, f"keys documented but not in TrainConfig: {unknown}"
+    assert not undocumented, f"TrainConfig fields with no row in docs/training.md's field tables: {undocumented}"
