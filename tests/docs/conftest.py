@@ -1,7 +1,9 @@
 """Session fixtures for the docs' snippets: a fresh venv built by the README's install, a scripted server.
 
 Building the venv takes one to a few minutes (pip's cache makes later builds faster); every
-snippet shares it, as a user following the docs would.
+snippet shares it, as a user following the docs would. While editing a doc,
+``VF_DOCS_CLONE=<the clone0 folder of an earlier run>`` reuses that venv (the checkout's files
+are copied over it; what earlier snippets created there stays).
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ S = _load_snippets()
 def doc_venv(tmp_path_factory: pytest.TempPathFactory) -> Any:
     if shutil.which("python3.11") is None:
         pytest.skip("the README's install needs python3.11 on PATH")
+    install = S.readme_install_command()
+    reuse = os.environ.get("VF_DOCS_CLONE")  # while editing docs: a clone built by an earlier run, refreshed
+    if reuse and (Path(reuse) / ".venv" / "bin" / "python").exists():
+        S.copy_checkout(Path(reuse))
+        return S.DocVenv(Path(reuse), Path(reuse) / ".venv", install)
     clone = tmp_path_factory.mktemp("clone")
     S.copy_checkout(clone)
-    install = S.readme_install_command()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(["bash", "-c", install], cwd=clone, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, f"{install}\nfailed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

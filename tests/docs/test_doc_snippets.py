@@ -165,7 +165,7 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
         why="a free port instead of 8000",
     ),
     (EVAL, "from-python#1"): Run(subs=(("http://127.0.0.1:8000/v1", "{BASE}"),),
-                                 epilogue='assert result.status == "completed" and len(result.results) == 200, '
+                                 epilogue='assert result.status == "complete" and len(result.results) == 200, '
                                           "result.status\n",
                                  why="the scripted server answers as Qwen/Qwen3-8B"),
     (HUB, "1-scaffold-vf-init#1"): Run(
@@ -198,15 +198,17 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
                                                          "(tests/hub/test_hub_install.py reads it)"),
     (HUB, "configuring-the-hub-url#2"): Skip("fragment", "a hub.toml's content (tests/hub/test_hub_install.py)"),
     (HUB, "from-python#1"): Run(
-        prelude=_SERVE_HUB_PY,
+        prelude=_SERVE_HUB_PY
+                + 'subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "my-env"], check=True)\n',
         subs=(("http://127.0.0.1:8000/simple", "http://127.0.0.1:{PORT}/simple"),),
         epilogue='assert result.environments[0].class_name == "ToolEnv", result.environments\n',
         cwd_tmp=True,
-        why="in an empty folder, with `python -m http.server` serving ./hub on a free port",
+        why="the Python way instead of the commands above (so their my-env is uninstalled first), in an empty "
+            "folder, with `python -m http.server` serving ./hub on a free port",
         timeout_s=300,
     ),
     (INF, "vf-serve-model#1"): Run(
-        subs=(("vf-tiny /tmp/tiny ", "vf-tiny {TMP}/tiny "),
+        subs=(("/tmp/tiny ", "{TMP}/tiny "),
               ("--port 8000 &", "--port {PORT} &"),
               ("http://127.0.0.1:8000/", "http://127.0.0.1:{PORT}/")),
         why="a free port; /tmp/tiny in a fresh folder",
