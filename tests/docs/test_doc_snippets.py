@@ -232,7 +232,8 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
         "GPU", "lines 3-6 need GPUs; lines 1-2 are the quickstart in 2 CPU processes, "
                "long (minutes): tests/trainers/test_multiprocess.py runs that launch"),
     (SCALE, "rollouts-on-ray#1"): Skip("installs", "pip install; then the quickstart on Ray, "
-                                                   "long (minutes): tests/trainers/test_ray.py runs it shorter"),
+                                                   "long (minutes): measured by benchmarks/scale.py --learn; "
+                                                   "tests/trainers/test_ray.py runs the workers"),
     (SCALE, "rollouts-on-ray#2"): Skip("not a command", "the Ray diagram"),
     (SCALE, "rollouts-on-ray#3"): Skip("network", "joins a running Ray cluster (--ray.address auto)"),
     (SCALE, "installing-vllm#1"): Skip("installs", "vLLM's CPU build (CI runs it)"),
@@ -243,7 +244,8 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (SCALE, "one-gpu#1"): Skip("GPU", "CUDA torch and vLLM"),
     (SCALE, "several-gpus-on-one-node#1"): Skip("GPU", "three GPUs"),
     (TRAIN, "training#1"): Skip("long", "four quickstart runs (40-100 s each on 2 cores); the first runs as "
-                                        "README.md quickstart#1, --resume/--overwrite in tests/trainers"),
+                                        "README.md quickstart#1; --resume in tests/trainers/test_trainer_resume.py, "
+                                        "--overwrite in tests/security/test_run_dirs.py"),
     (TRAIN, "quickstart-on-a-cpu#1"): Skip("installs", "README.md quickstart#1's install and run, "
                                                        "run there"),
     (TRAIN, "multi-turn-rows-token-by-token#1"): Skip("not a command", "a token mask listing"),
