@@ -124,6 +124,11 @@ def test_save_to_hf_hub_offline_is_a_clear_error_and_the_dataset_is_ready(
 def test_unsupported_0_1_x_flags_are_refused_by_name(workdir: Path) -> None:
     res = vf_eval(workdir, "legacy-echo", "-x", '{"max_turns": 3}')
     assert res.returncode == 2 and "--extra-env-kwargs" in res.stderr
+    for flag, value, name in [("-x", "{}", "--extra-env-kwargs"), ("-C", "", "--state-columns")]:
+        res = vf_eval(workdir, "legacy-echo", flag, value)  # refused whatever the value, as docs/compat.md says
+        assert res.returncode == 2 and name in res.stderr and "Traceback" not in res.stderr
+    res = vf_eval(workdir, "legacy-echo", "--independent-scoring")
+    assert res.returncode == 2 and "--independent-scoring" in res.stderr
     res = vf_eval(workdir, "legacy-echo", "-p", "no-such-dir")
     assert res.returncode == 2 and "--env-dir-path" in res.stderr
     res = vf_eval(workdir, "evals.toml")

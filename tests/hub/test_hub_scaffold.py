@@ -188,3 +188,21 @@ def test_scaffold_refuses_a_name_that_is_already_importable(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="already importable"):
         scaffold_environment("pytest", tmp_path)
     assert not (tmp_path / "pytest").exists()
+
+
+@pytest.mark.parametrize("has_pytest", [True, False], ids=["with-pytest", "without-pytest"])
+def test_next_steps_run_this_environments_pytest(has_pytest: bool, tmp_path: Path) -> None:
+    # The Quickstart install (the train extra) has no pytest; a bare `pytest` from elsewhere
+    # cannot import verifiers. Hidden as in such an install: sys.modules["pytest"] = None.
+    hide = "" if has_pytest else "sys.modules['pytest'] = None; "
+    code = (f"import runpy, sys; {hide}sys.argv = ['vf-init', 'hint-env', '--path', {str(tmp_path)!r}]; "
+            "runpy.run_module('verifiers.cli.init', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    steps = done.stdout.split("Next steps:\n")[1].splitlines()
+    run = f"  python -m pytest {tmp_path / 'hint_env'}    (its tests pass as generated)"
+    if has_pytest:
+        assert steps[0] == run
+    else:
+        assert steps[:2] == ["  pip install pytest    (not in this environment yet; the dev extra has it too)", run]
+    assert not any(s.strip().startswith("pytest ") for s in steps)

@@ -63,10 +63,11 @@ def test_vf_serve_answers_the_openai_client(vf_serve: str, ref) -> None:
     [(["nope"], "not a saved model directory"), (["TINY", "--dtype", "float8"], "unknown dtype")],
     ids=["missing-dir", "bad-dtype"],
 )
-def test_vf_serve_with_bad_arguments_exits_2(tmp_path: Path, tiny_dir: Path, args: list[str], message: str) -> None:
+def test_vf_serve_with_bad_arguments_exits_2(tmp_path: Path, tiny_dir: Path, args: list[str], message: str,
+                                             procs: Any) -> None:
     args = [str(tiny_dir) if a == "TINY" else str(tmp_path / a) if a == "nope" else a for a in args]
     proc = subprocess.run(
-        [sys.executable, "-m", "verifiers.cli.serve", *args, "--port", "1"],
+        [sys.executable, "-m", "verifiers.cli.serve", *args, "--port", str(procs.free_port())],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2

@@ -77,13 +77,15 @@ _PROGS = {"verifiers.cli.serve": "vf-serve", "verifiers.cli.tiny": "vf-tiny", "t
 
 
 @pytest.mark.parametrize("prog", list(_PROGS))
-def test_without_the_train_extra_the_command_names_it(prog: str, tiny_dir: Path, tmp_path: Path) -> None:
+def test_without_the_train_extra_the_command_names_it(prog: str, tiny_dir: Path, tmp_path: Path,
+                                                     procs: Any) -> None:
     # torch and transformers made unimportable, as in an install without the extra.
     quickstart = Path(__file__).resolve().parents[2] / "examples" / "configs" / "quickstart.toml"
-    arg = {"verifiers.cli.serve": str(tiny_dir), "verifiers.cli.tiny": str(tmp_path / "m"),
-           "trainers.grpo.cli": str(quickstart)}[prog]
+    # vf-serve binds its port before it imports torch: a free one, not the default 8000 (maybe taken).
+    args = {"verifiers.cli.serve": [str(tiny_dir), "--port", str(procs.free_port())],
+            "verifiers.cli.tiny": [str(tmp_path / "m")], "trainers.grpo.cli": [str(quickstart)]}[prog]
     code = ("import runpy, sys; sys.modules['torch'] = None; sys.modules['transformers'] = None; "
-            f"sys.argv = ['x', {arg!r}]; runpy.run_module({prog!r}, run_name='__main__')")
+            f"sys.argv = ['x', *{args!r}]; runpy.run_module({prog!r}, run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     root = Path(__file__).resolve().parents[2]  # run from elsewhere: the clone's path, never PyPI's verifiers
@@ -101,9 +103,9 @@ def test_a_broken_import_outside_the_extra_is_raised_not_hidden() -> None:
             exit_for_missing_extra("vf-serve", exc)
 
 
-def test_an_unknown_hugging_face_id_offline_says_so(tmp_path: Path) -> None:
+def test_an_unknown_hugging_face_id_offline_says_so(tmp_path: Path, procs: Any) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    done = subprocess.run([*SERVE, "vf-test-org/no-such-model", "--port", "1"], capture_output=True, text=True,
+    done = subprocess.run([*SERVE, "vf-test-org/no-such-model", "--port", str(procs.free_port())], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
     assert done.returncode == 2
     assert "'vf-test-org/no-such-model' is not a local directory and not in the Hugging Face cache" in done.stderr

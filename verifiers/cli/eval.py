@@ -195,10 +195,14 @@ def _add_legacy_flags(p: argparse.ArgumentParser) -> None:
 
 
 def check_legacy_flags(args: argparse.Namespace, err: Any) -> None:
-    """Refuse 0.1.x flags we cannot honour (by name), note the ones that change nothing."""
+    """Refuse 0.1.x flags we cannot honour (by name), note the ones that change nothing.
+
+    A refused flag is refused whatever its value (``-x '{}'`` too): a flag that is accepted only
+    when empty would say it works when it does nothing.
+    """
     for name, why in LEGACY_REFUSED.items():
         value = getattr(args, name, None)
-        if value not in (None, False, "", "{}", "[]"):
+        if value is not None and value is not False:
             raise ConfigError(why)
     for name, note in LEGACY_IGNORED.items():
         if getattr(args, name, False):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vf-init",
         description="Create environments/<module>/ with pyproject.toml (entry point), the module with "
         "load_environment, a README with env-args and metrics tables, and a test.",
-        epilog="Example: vf-init my-env --kind tool && pytest environments/my_env",
+        epilog="Example: vf-init my-env --kind tool && python -m pytest environments/my_env "
+        "(pytest: pip install pytest, or the dev extra)",
     )
     p.add_argument("name", help="environment id, e.g. my-env (module my_env, distribution my-env)")
     p.add_argument(
@@ -61,10 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     for path in result.files:
         print(f"  {path}")
     print("\nNext steps:")
-    print(f"  pytest {result.package_dir}    (its tests pass as generated)")
+    for line in _test_steps(result.package_dir):
+        print(f"  {line}")
     print(f"  vf-install {result.package_dir}    (or: pip install -e {result.package_dir})")
     print(f"  vf-eval {names.env_id} -m MODEL -b BASE_URL")
     return EXIT_OK
+
+
+def _test_steps(package_dir: Path) -> list[str]:
+    """How to run the generated tests with this interpreter's pytest.
+
+    ``python -m pytest`` and not a bare ``pytest``: a pytest from another environment cannot import
+    verifiers. The Quickstart install (the train extra) has no pytest, so say how to get it.
+    """
+    run = f"python -m pytest {package_dir}    (its tests pass as generated)"
+    if importlib.util.find_spec("pytest") is None:
+        return ["pip install pytest    (not in this environment yet; the dev extra has it too)", run]
+    return [run]
 
 
 if __name__ == "__main__":

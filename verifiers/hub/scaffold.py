@@ -412,7 +412,8 @@ env = vf.load_environment("$env_id")
 out = env.evaluate(vf.make_client("http://localhost:8000/v1"), "MODEL", num_examples=5)
 ```
 
-Run its tests with `pytest environments/$module` (they use a scripted model, no server needed).
+Run its tests with `python -m pytest environments/$module` (they use a scripted model, no server
+needed; `pip install pytest` first if this environment has no pytest).
 
 ## Environment arguments
 
