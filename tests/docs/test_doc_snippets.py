@@ -109,6 +109,8 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (README, "quickstart#2"): Skip("installs", "the suite's own command; its install (without vLLM's CPU build) "
                                                "builds this test's venv"),
     (README, "concepts#1"): Run(subs=(("http://localhost:8000/v1", "{BASE}"),), why="the scripted server"),
+    (README, "concepts#2"): Skip("fragment", "starts a server in the foreground; tests/testing/"
+                                 "test_readme_scripted_example.py runs this exact command and the example against it"),
     (AGENTS, "agent-programs-the-interception-gateway-agentenv-mcp-tools-multi-row-histories#1"): Run(
         subs=(("http://127.0.0.1:8000/v1", "{BASE}"),),
         epilogue="assert len(out.results) == 1 and out.results[0].error is None, out.results[0].error\n",
