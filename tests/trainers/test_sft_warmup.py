@@ -133,6 +133,45 @@ def test_a_run_warms_up_on_expert_content_before_its_first_rollout(tmp_path: Pat
     assert metrics[-1]["learning_rate"] == pytest.approx(1e-4)
 
 
+def test_the_markup_phase_follows_the_content_phase(tmp_path: Path) -> None:
+    """``sft_warmup_all_steps``: after the content steps, steps on every assistant token, one log."""
+    import torch
+    from rich.console import Console
+
+    from trainers.grpo.trainer import GRPOTrainer
+
+    with pytest.raises(ConfigError, match="add its steps to sft_warmup_steps"):
+        load_config(None, {"expert_data": str(EXPERT), "sft_warmup_steps": 5, "sft_warmup_tokens": "all",
+                           "sft_warmup_all_steps": 5})
+    with pytest.raises(ConfigError, match="expert_data"):
+        load_config(None, {"sft_warmup_all_steps": 5})
+    env_root = ROOT / "environments" / "key_lookup"
+    sys.path.insert(0, str(env_root))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(None, {
+            "model": "tiny", "tiny_model": {"hidden_size": 32, "tool_format": "signature"},
+            "env_id": "key-lookup", "env_args": {"digits": 2, "num_train_examples": 8, "num_eval_examples": 0},
+            "expert_data": str(EXPERT), "sft_warmup_steps": 6, "sft_warmup_all_steps": 4,
+            "sft_warmup_batch_size": 4, "learning_rate": 1e-4, "output_dir": str(tmp_path / "run"),
+            "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2, "max_steps": 1, "max_tokens": 8,
+            "progress": False, "plot": False, "save_every": 0, "num_sample_completions": 0, "torch_threads": 1,
+        })
+        out = io.StringIO()
+        GRPOTrainer(cfg, console=Console(file=out, width=200)).train()
+    finally:
+        sys.path.remove(str(env_root))
+        torch.set_num_threads(threads)
+    log = [json.loads(line) for line in (tmp_path / "run" / "warmup.jsonl").read_text().splitlines()]
+    assert [r["warmup_step"] for r in log] == list(range(1, 11))
+    assert [r["trained"] for r in log] == ["content"] * 6 + ["all"] * 4
+    assert all(r["tokens"] == 4 * 3 for r in log[:6]) and all(r["tokens"] > 4 * 40 for r in log[6:])
+    text = out.getvalue()
+    assert "6 steps on 1024 expert rows (content)" in text and "4 steps on 1024 expert rows (all" in text
+    assert text.index("(all assistant tokens)") < text.index("sft warm-up done") < text.index("step 1/1")
+
+
 def test_ctrl_c_during_the_warmup_exits_130_with_one_line(tmp_path: Path, vf_train: list[str],
                                                           subprocess_env: dict[str, str]) -> None:
     import signal

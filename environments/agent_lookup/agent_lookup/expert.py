@@ -5,8 +5,7 @@ The expert is the scripted server (`verifiers.testing`) answering the program's 
 exactly as training rollouts are: the program's own messages, through the gateway, saved by
 ``vf-eval -s``. A saved run (``results.jsonl``: one `RolloutResult` a line) holds each
 episode's prompt and completion but not the tool schemas the program sent, which the chat
-template renders into the
-prompt; `expert_rows` adds them (the program's ``TOOLS``), keeps the correct episodes only
+template renders into the prompt; `expert_rows` adds them (the program's ``TOOLS``), keeps the correct episodes only
 and returns the ``{"messages", "tools"}`` rows the trainer's ``expert_data`` reads
 (examples/make_agent_lookup_expert.py does all of it).
 """
