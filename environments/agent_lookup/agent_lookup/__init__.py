@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import verifiers as vf
-from agent_lookup.expert import expert_rows, expert_script
+from agent_lookup.expert import expert_rows, expert_script, program_tools
 from agent_lookup.rewards import correct_answer, model_calls, right_key_called, tool_call_ran
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "load_environment",
     "make_rows",
     "model_calls",
+    "program_tools",
     "right_key_called",
     "tool_call_ran",
 ]
