@@ -127,3 +127,21 @@ def test_training_rows_are_the_programs_recorded_calls(program_run: RecordingTra
             assert float(r.reward) == float(r.state["agent"]["stdout"].strip() == r.answer)
             checked += 1
     assert checked == 8
+
+
+def test_the_benchmark_summarises_the_run(program_run: RecordingTrainer) -> None:
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("agent_learning", ROOT / "benchmarks" / "agent_learning.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [json.loads(line) for line in (program_run.out / "metrics.jsonl").read_text().splitlines()]
+    out = bench.summarize(rows, wall_s=12.5, reward_first=0.0, rows_per_step=4)
+    assert list(out)[:6] == ["reward_first", "reward_last", "wall_s", "calls_per_rollout", "rows_per_rollout",
+                             "steps"]
+    assert out["calls_per_rollout"] == 2.0 and out["rows_per_rollout"] == 1.0  # one token-exact row a rollout
+    assert out["reward_last"] == pytest.approx(sum(r["reward"] for r in rows) / 2)
+    assert out["targets_met"] == (out["reward_last"] >= 0.8)
+    json.dumps(out)
