@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                  "PYTHONPATH": os.pathsep.join([str(ROOT), str(ENV_ROOT), os.environ.get("PYTHONPATH", "")])},
         )
         (run,) = find_runs(Path(tmp))
-        results = load_run(run).results
+        # in example order, not the order the episodes finished in: the file is the same on every run
+        results = sorted(load_run(run).results, key=lambda r: (r.example_id, r.rollout_index))
     rows = expert_rows(results)
     if len(rows) < len(results):
         print(f"note: {len(results) - len(rows)} of {len(results)} episodes were not correct and are left out")
