@@ -90,6 +90,22 @@ def test_a_tokenizer_that_does_not_reproduce_the_template_ids_is_refused() -> No
         expert_rows(Shifted(), [conv], 4096, tokens="content")
 
 
+def test_episodes_recorded_through_the_agent_program_load_as_expert_data() -> None:
+    """examples/data/agent_lookup_expert.jsonl (vf-eval -s of the program against a scripted expert,
+    converted by agent_lookup.expert_rows): string tool-call arguments, no content on the call turn."""
+    from trainers.grpo.data.prompts import load_expert
+
+    tok = build_char_tokenizer("signature")
+    path = ROOT / "examples" / "data" / "agent_lookup_expert.jsonl"
+    content = load_expert(str(path), tok, 4096, "content")
+    whole = load_expert(str(path), tok, 4096, "all")
+    assert len(content) == len(whole) == len(path.read_text().splitlines())
+    episode = json.loads(path.read_text().splitlines()[0])
+    key = json.loads(episode["messages"][1]["tool_calls"][0]["function"]["arguments"])["key"]
+    assert trained_text(tok, content[0]) == key + episode["messages"][-1]["content"]
+    assert trained_text(tok, whole[0]).startswith(f'<tool_call>{{"name": "lookup", "arguments": {{"key": "{key}"}}}}')
+
+
 def test_a_warmup_needs_expert_data() -> None:
     with pytest.raises(ConfigError, match="expert_data"):
         load_config(None, {"sft_warmup_steps": 10})
