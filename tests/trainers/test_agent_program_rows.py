@@ -22,7 +22,7 @@ import torch
 from trainers.grpo.config import load_config
 from trainers.grpo.trainer import GRPOTrainer
 
-pytestmark = pytest.mark.slow  # ~25-40 s on 2 shared cores: 8 program starts, each importing openai
+pytestmark = pytest.mark.slow  # 9-23 s on 2 shared cores (load 7-9): 8 program starts, each importing openai
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ROOT = ROOT / "environments" / "agent_lookup"
