@@ -91,6 +91,22 @@ def test_a_tokenizer_that_does_not_reproduce_the_template_ids_is_refused() -> No
         expert_rows(Shifted(), [conv], 4096, tokens="content")
 
 
+def test_episodes_recorded_through_the_agent_program_load_as_expert_data() -> None:
+    """examples/data/agent_lookup_expert.jsonl (vf-eval -s of the program against a scripted expert,
+    converted by agent_lookup.expert_rows): string tool-call arguments, no content on the call turn."""
+    from trainers.grpo.data.prompts import load_expert
+
+    tok = build_char_tokenizer("signature")
+    path = ROOT / "examples" / "data" / "agent_lookup_expert.jsonl"
+    content = load_expert(str(path), tok, 4096, "content")
+    whole = load_expert(str(path), tok, 4096, "all")
+    assert len(content) == len(whole) == len(path.read_text().splitlines())
+    episode = json.loads(path.read_text().splitlines()[0])
+    key = json.loads(episode["messages"][1]["tool_calls"][0]["function"]["arguments"])["key"]
+    assert trained_text(tok, content[0]) == key + episode["messages"][-1]["content"]
+    assert trained_text(tok, whole[0]).startswith(f'<tool_call>{{"name": "lookup", "arguments": {{"key": "{key}"}}}}')
+
+
 def test_a_warmup_needs_expert_data() -> None:
     with pytest.raises(ConfigError, match="expert_data"):
         load_config(None, {"sft_warmup_steps": 10})
@@ -138,6 +154,45 @@ def test_a_run_warms_up_on_expert_content_before_its_first_rollout(tmp_path: Pat
     # the RL phase runs at its own learning rate, not the warm-up's
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["learning_rate"] == pytest.approx(1e-4)
+
+
+def test_the_markup_phase_follows_the_content_phase(tmp_path: Path) -> None:
+    """``sft_warmup_all_steps``: after the content steps, steps on every assistant token, one log."""
+    import torch
+    from rich.console import Console
+
+    from trainers.grpo.trainer import GRPOTrainer
+
+    with pytest.raises(ConfigError, match="add its steps to sft_warmup_steps"):
+        load_config(None, {"expert_data": str(EXPERT), "sft_warmup_steps": 5, "sft_warmup_tokens": "all",
+                           "sft_warmup_all_steps": 5})
+    with pytest.raises(ConfigError, match="expert_data"):
+        load_config(None, {"sft_warmup_all_steps": 5})
+    env_root = ROOT / "environments" / "key_lookup"
+    sys.path.insert(0, str(env_root))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = load_config(None, {
+            "model": "tiny", "tiny_model": {"hidden_size": 32, "tool_format": "signature"},
+            "env_id": "key-lookup", "env_args": {"digits": 2, "num_train_examples": 8, "num_eval_examples": 0},
+            "expert_data": str(EXPERT), "sft_warmup_steps": 6, "sft_warmup_all_steps": 4,
+            "sft_warmup_batch_size": 4, "learning_rate": 1e-4, "output_dir": str(tmp_path / "run"),
+            "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2, "max_steps": 1, "max_tokens": 8,
+            "progress": False, "plot": False, "save_every": 0, "num_sample_completions": 0, "torch_threads": 1,
+        })
+        out = io.StringIO()
+        GRPOTrainer(cfg, console=Console(file=out, width=200)).train()
+    finally:
+        sys.path.remove(str(env_root))
+        torch.set_num_threads(threads)
+    log = [json.loads(line) for line in (tmp_path / "run" / "warmup.jsonl").read_text().splitlines()]
+    assert [r["warmup_step"] for r in log] == list(range(1, 11))
+    assert [r["trained"] for r in log] == ["content"] * 6 + ["all"] * 4
+    assert all(r["tokens"] == 4 * 3 for r in log[:6]) and all(r["tokens"] > 4 * 40 for r in log[6:])
+    text = out.getvalue()
+    assert "6 steps on 1024 expert rows (content)" in text and "4 steps on 1024 expert rows (all" in text
+    assert text.index("(all assistant tokens)") < text.index("sft warm-up done") < text.index("step 1/1")
 
 
 def test_ctrl_c_during_the_warmup_exits_130_with_one_line(tmp_path: Path, vf_train: list[str],

@@ -75,6 +75,9 @@ class TrainConfig(BaseModel):
     sft_warmup_tokens: Literal["content", "all"] = Field(
         "content", description="what the warm-up trains: each assistant message's content (text and tool-call "
         "argument values) or every assistant token")
+    sft_warmup_all_steps: int = Field(
+        0, ge=0, description="then this many SFT steps on every assistant token of expert_data (the markup too), "
+        "before the first RL step: the copies first, then the markup (docs/training.md)")
     sft_warmup_batch_size: int = Field(32, ge=1, description="expert rows per warm-up step")
     sft_warmup_learning_rate: float | None = Field(None, gt=0, description="warm-up learning rate (default: learning_rate)")
 
@@ -183,8 +186,11 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _warmup(self) -> TrainConfig:
-        if self.sft_warmup_steps and not self.expert_data:
+        if (self.sft_warmup_steps or self.sft_warmup_all_steps) and not self.expert_data:
             raise ValueError("sft_warmup_steps needs expert_data (a jsonl of correct chat episodes to train on)")
+        if self.sft_warmup_all_steps and self.sft_warmup_steps and self.sft_warmup_tokens == "all":
+            raise ValueError("sft_warmup_all_steps follows a content warm-up: with sft_warmup_tokens = 'all' "
+                             "add its steps to sft_warmup_steps instead")
         return self
 
     @model_validator(mode="after")

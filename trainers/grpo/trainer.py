@@ -115,6 +115,8 @@ class GRPOTrainer:
             if self.preset.mix is not None else []
         self.warmup_rows: list[TrainRow] = load_expert(
             cfg.expert_data, self.tokenizer, cfg.max_seq_len, cfg.sft_warmup_tokens) if cfg.sft_warmup_steps else []
+        self.warmup_all_rows: list[TrainRow] = load_expert(
+            cfg.expert_data, self.tokenizer, cfg.max_seq_len, "all") if cfg.sft_warmup_all_steps else []
         self.feed = StepFeed(cfg, self.generator, self.store, self.env, self.dist)
         self.assembler = BatchAssembler(cfg, self.preset, self.dist, self.tokenizer.pad_token_id or 0, self.expert)
         self.learner = Learner(cfg, self.preset, self.dist, self.policy, updating=self.sync.updating,
@@ -164,11 +166,18 @@ class GRPOTrainer:
         return self.policy.reference(self.sync.updating)
 
     def _sft_warmup(self) -> None:
-        """The SFT warm-up on this run's policy, then the weights go to the server."""
-        summary = policy_warmup(self.policy, self.cfg, self.warmup_rows, updating=self.sync.updating, out=self.out,
-                                print_line=self.show.print)
+        """The SFT warm-up on this run's policy (content, then every token), then the weights go to the server."""
+        cfg = self.cfg
+        phases = [(self.warmup_rows, cfg.sft_warmup_steps, cfg.sft_warmup_tokens),
+                  (self.warmup_all_rows, cfg.sft_warmup_all_steps, "all")]
+        done, seconds, summary = 0, 0.0, {}
+        for rows, steps, tokens in phases:
+            if steps:
+                summary = policy_warmup(self.policy, cfg, rows, updating=self.sync.updating, out=self.out,
+                                        print_line=self.show.print, steps=steps, tokens=tokens, step_offset=done)
+                done, seconds = done + steps, seconds + summary["warmup/time_s"]
         self.sync.after_step(self.version)  # a server of its own (vLLM, vf-serve) gets the warmed-up weights
-        self.show.print(warmup_done_line(summary))
+        self.show.print(warmup_done_line({**summary, "warmup/time_s": seconds}))
 
     def _checkpoint(self, data_state: dict[str, Any] | None = None, *, together: bool = True) -> Path:
         """``data_state``: the one taken at the start of an unfinished step (see `Checkpointer.save`)."""
@@ -206,7 +215,7 @@ class GRPOTrainer:
         self.feed.on_errors = self.show.start(self.step, facts, self.device).errors
         if resumed is None:
             self.sync.on_start(self.version)
-            if cfg.sft_warmup_steps and self.step == 0:
+            if (cfg.sft_warmup_steps or cfg.sft_warmup_all_steps) and self.step == 0:
                 try:
                     self._sft_warmup()
                 except BaseException:  # Ctrl-C included: nothing to save yet (a new run warms up again)

@@ -48,13 +48,16 @@ def run_sft_warmup(
     chunk_tokens: int | None = None,
     print_every: int = 50,
     print_every_s: float = 10.0,
+    step_offset: int = 0,
+    tokens: str = "",
 ) -> dict[str, float]:
     """``steps`` SFT steps on ``rows`` (a token mean of -log p over their loss masks); returns a summary.
 
     The learning rate falls from ``learning_rate`` to a tenth of it on a cosine over the warm-up
     (a constant rate made a tiny model's loss spike and lose a learned copy late in the
     warm-up); the optimizer's own rate is restored after, so the RL phase's schedule starts
-    where it would without a warm-up. Adam's moments carry over.
+    where it would without a warm-up. Adam's moments carry over. ``step_offset`` numbers a second
+    phase's log lines after the first's; ``tokens`` names what the phase trains in its log lines.
     """
     if not rows:
         raise ValueError("the SFT warm-up has no expert rows to train on")
@@ -80,15 +83,15 @@ def run_sft_warmup(
             optimizer.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))
             if log is not None:
-                log.write(json.dumps({"warmup_step": step, "loss": losses[-1], "grad_norm": grad_norm,
-                                      "tokens": int(mask.sum()), "learning_rate": lr,
-                                      "time_s": time.perf_counter() - t0}) + "\n")
+                line = {"warmup_step": step + step_offset, "loss": losses[-1], "grad_norm": grad_norm,
+                        "tokens": int(mask.sum()), "learning_rate": lr, "time_s": time.perf_counter() - t0}
+                log.write(json.dumps({**line, "trained": tokens} if tokens else line) + "\n")
             now = time.perf_counter()
             if print_every and (step % print_every == 0 or step == steps or step == 1
                                 or now - last_line >= print_every_s):
                 last_line = now
                 window = losses[-print_every:]
-                print_line(progress_line(step, steps, sum(window) / len(window), now - t0))
+                print_line(progress_line(step, steps, sum(window) / len(window), now - t0, step_offset))
     finally:
         if log is not None:
             log.close()
@@ -99,31 +102,37 @@ def run_sft_warmup(
             "warmup/loss_last": sum(losses[-k:]) / k, "warmup/time_s": time.perf_counter() - t0}
 
 
-def progress_line(step: int, steps: int, loss: float, elapsed_s: float) -> str:
+def progress_line(step: int, steps: int, loss: float, elapsed_s: float, offset: int = 0) -> str:
     """``sft warm-up step 50/1000: loss 3.21 | 0.09 s/step | eta 1:25``: on a busy machine a
-    warm-up can take minutes, and a line without an estimate cannot be told from a hang."""
+    warm-up can take minutes, and a line without an estimate cannot be told from a hang.
+    ``offset`` numbers a second phase's steps after the first's (the estimate is this phase's)."""
     per = elapsed_s / max(step, 1)
     left = int(per * (steps - step))
-    return (f"sft warm-up step {step}/{steps}: loss {loss:.4f} | {per:.2f} s/step | "
+    return (f"sft warm-up step {step + offset}/{steps + offset}: loss {loss:.4f} | {per:.2f} s/step | "
             f"eta {left // 60}:{left % 60:02d}")
 
 
 def policy_warmup(policy: Policy, cfg: Any, rows: Sequence[TrainRow], *, updating: Callable[[], Any],
-                  out: Path, print_line: Callable[[str], None]) -> dict[str, float]:
-    """`run_sft_warmup` on the run's policy and optimizer (the caller then syncs the weights)."""
+                  out: Path, print_line: Callable[[str], None], steps: int | None = None,
+                  tokens: str | None = None, step_offset: int = 0) -> dict[str, float]:
+    """`run_sft_warmup` on the run's policy and optimizer (the caller then syncs the weights); ``steps``
+    and ``tokens`` default to the config's first phase (``sft_warmup_steps``, ``sft_warmup_tokens``)."""
     dist = policy.dist
-    what = "content" if cfg.sft_warmup_tokens == "content" else "all assistant tokens"
-    print_line(f"sft warm-up: {cfg.sft_warmup_steps} steps on {len(rows)} expert rows ({what})")
+    steps = cfg.sft_warmup_steps if steps is None else steps
+    tokens = cfg.sft_warmup_tokens if tokens is None else tokens
+    what = "content" if tokens == "content" else "all assistant tokens"
+    print_line(f"sft warm-up: {steps} steps on {len(rows)} expert rows ({what})")
     return run_sft_warmup(
         model=policy.model, optimizer=policy.optimizer, params=policy.params, rows=rows,
-        steps=cfg.sft_warmup_steps, batch_size=cfg.sft_warmup_batch_size,
+        steps=steps, batch_size=cfg.sft_warmup_batch_size,
         learning_rate=cfg.sft_warmup_learning_rate or cfg.learning_rate, max_grad_norm=cfg.max_grad_norm,
         pad_id=policy.tokenizer.pad_token_id or 0, device=policy.device, seed=cfg.seed + dist.rank,
         # each rank's loss is the mean over its own rows: DDP's average over ranks is then the mean
         backward=lambda loss: policy.backward(loss / dist.world_size if dist.active else loss, last=True),
         clip=policy.accelerator.clip_grad_norm_,
         updating=updating, log_path=out / "warmup.jsonl" if dist.is_main else None,
-        print_line=print_line, chunk_tokens=cfg.logprob_chunk_tokens,
+        print_line=print_line, chunk_tokens=cfg.logprob_chunk_tokens, step_offset=step_offset,
+        tokens=tokens if cfg.sft_warmup_all_steps else "",
     )
 
 
