@@ -116,6 +116,9 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
         epilogue="assert len(out.results) == 1 and out.results[0].error is None, out.results[0].error\n",
         why="the scripted server",
     ),
+    (AGENTS, "learning-through-a-program#1"): Skip("long", "about 7 min of training on 2 cores: measured by "
+                                                   "benchmarks/agent_learning.py; tests/trainers/"
+                                                   "test_agent_program_rows.py runs 2 steps of it"),
     (AGENTS, "mcp-tools-vfmcptoolenv#1"): Skip("fragment", "`rows`, `key` and `my-search-server` are the reader's"),
     (ARCH, "architecture-one-way-flow-and-where-to-make-a-change#1"): Skip("not a command", "the layer diagram"),
     (DATA, "training-data#1"): Skip("fragment", "`vf` and `rubric` come from the reader, data/gsm8k/train.parquet "
