@@ -267,3 +267,23 @@ async def test_an_unreachable_gateway_socket_is_a_refusal_that_says_so(tmp_path:
     assert run is None and not report.namespaces
     assert f"relay: cannot reach {tmp_path / 'gw.sock'}: Connection refused" in report.refusal()
     assert "the gateway's Unix socket must exist and accept connections" in report.refusal()
+
+
+@needs_isolation
+async def test_a_program_and_virtualenv_under_tmp_stay_visible(tmp_path: Path) -> None:
+    """The private /tmp must not hide the program itself: a checkout or a virtualenv under /tmp
+    (CI clones there) is bound back read-only."""
+    import shutil
+
+    assert str(tmp_path).startswith("/tmp/")
+    program = tmp_path / "checkout" / "chat_once.py"
+    program.parent.mkdir()
+    shutil.copy(HERE / "programs" / "chat_once.py", program)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    with ScriptedServer(ServerScript(replies=[ScriptedReply(content="pong")])) as srv:
+        env = _env([str(venv / "bin" / "python"), str(program), "calls", "1"], isolation="require")
+        out = await env.a_generate(ROWS, vf.make_client(base_url=srv.base_url), "p")
+    r = out.results[0]
+    assert r.error is None, r.error
+    assert r.state["agent"]["isolated"] and r.state["agent"]["stdout"].strip() == "pong"

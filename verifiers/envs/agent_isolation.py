@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -79,10 +80,28 @@ class AgentIsolation(BaseModel):
                 "is unavailable.")
 
 
+def program_paths(command: Sequence[str]) -> list[str]:
+    """What the program needs to see even where the isolation hides it (under the private /tmp):
+    the folders of the files its command names (its script), and its interpreter's installation
+    (a virtualenv's packages), read-only."""
+    paths: set[str] = set()
+    for arg in command:
+        if os.path.isabs(arg) and os.path.exists(arg):
+            real = os.path.realpath(arg)
+            paths.add(real if os.path.isdir(real) else os.path.dirname(real))
+    exe = shutil.which(command[0]) if command else None
+    if exe:
+        bindir = os.path.dirname(os.path.abspath(exe))  # a venv's bin/, not the interpreter it links to
+        paths.add(os.path.dirname(bindir))
+        paths.add(os.path.dirname(os.path.dirname(os.path.realpath(exe))))
+    return sorted(paths)
+
+
 def _bootstrap(command: Sequence[str], workdir: str, port: int, unix_path: str, report: str) -> list[str]:
     config = {
         "argv": list(command),
         "workdir": workdir,
+        "readable": program_paths(command),
         "writable": [workdir],
         "hidden": [],
         "disk_mb": TMP_MB,

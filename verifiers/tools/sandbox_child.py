@@ -265,11 +265,13 @@ def _vf_enter_namespaces(config, got, why, init_hook=None):
         if libc.mount(b"none", b"/", None, ulong(rec | private), None) != 0:
             raise OSError(f"mount /: {os.strerror(ctypes.get_errno())}")
         # What stays visible under covered paths (opened in this mount namespace: bind mounts
-        # cannot take a source from another one): the interpreter (read-only) and writable_paths.
+        # cannot take a source from another one): the interpreter and ``readable`` (read-only), and
+        # ``writable``.
         keep = {}
         needed = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                   os.path.dirname(os.path.realpath(sys.executable))}
-        for path, writable in [(p, False) for p in sorted(needed)] + [(p, True) for p in config["writable"]]:
+        readable = [(p, False) for p in sorted(needed) + list(config.get("readable", []))]
+        for path, writable in readable + [(p, True) for p in config["writable"]]:
             path = os.path.realpath(path)
             if path in keep:
                 keep[path] = (keep[path][0], keep[path][1] or writable)
