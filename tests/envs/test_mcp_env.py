@@ -345,7 +345,10 @@ async def test_close_and_finalizer_stop_servers(tmp_path) -> None:
 
 
 CTRL_C_SCRIPT = """
-import asyncio, sys
+import asyncio, signal, sys
+# A process started in the background by a non-interactive shell (as CI jobs may be) inherits
+# SIGINT ignored, and Python then never raises KeyboardInterrupt: restore what a terminal gives.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import verifiers as vf
 from verifiers.testing import ScriptedClient
 
