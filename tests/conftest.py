@@ -8,6 +8,8 @@ client stack (openai SDK, aiohttp transport, retries, error mapping) as producti
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -92,3 +94,39 @@ _exact_match.__name__ = "exact_match"
 def exact_match() -> Callable[[vf.Messages, str], float]:
     """A reward function named ``exact_match``: last assistant text == answer."""
     return _exact_match
+
+
+@pytest.fixture(scope="session")
+def teach_conversation() -> Callable[..., None]:
+    """``teach_conversation(model_dir, conversation, tools=None, *, lr, max_steps, tolerance)``:
+    supervised steps of a tiny model on one conversation (rendered by its chat template) until it
+    reproduces the assistant turns, saved in place. A random tiny model never stops or calls a
+    tool; a few seconds of this make it (vLLM tests, rows built from taught rollouts)."""
+
+    def teach(model_dir: Path, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *,
+              lr: float = 3e-3, max_steps: int = 600, tolerance: float = 5e-3) -> None:
+        import torch
+
+        from trainers.grpo.data.batch import expert_rows
+        from verifiers.inference.loading import load_model_and_tokenizer
+
+        model, tok = load_model_and_tokenizer(model_dir)
+        (row,) = expert_rows(tok, [conversation], 4096, tools=[tools] if tools is not None else None)
+        ids = torch.tensor([row.input_ids])
+        mask = torch.tensor([row.loss_mask], dtype=torch.float32)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        model.train()
+        for _ in range(max_steps):
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            loss = (torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none") * mask[0]).sum()
+            loss = loss / mask.sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if loss.item() < 2e-3:
+                break
+        assert loss.item() < tolerance, f"the tiny model did not learn the conversation (loss {loss.item():.4f})"
+        model.eval()
+        model.save_pretrained(model_dir)
+
+    return teach

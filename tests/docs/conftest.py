@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 
-def _load_snippets() -> Any:
+def snippets_module() -> Any:
+    """`_snippets.py`, loaded once; test modules take it as ``from .conftest import S``."""
     # Loaded by path: tests run with --import-mode=importlib, so sibling modules are not importable by name.
     path = Path(__file__).with_name("_snippets.py")
     spec = importlib.util.spec_from_file_location("vf_tests_doc_snippets", path)
@@ -33,7 +34,7 @@ def _load_snippets() -> Any:
     return module
 
 
-S = _load_snippets()
+S = snippets_module()
 
 
 @pytest.fixture(scope="session")

@@ -12,30 +12,15 @@ import argparse
 import importlib
 import importlib.util
 import re
-import sys
 import types
 import typing
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
 from pydantic import BaseModel
 
-
-def _load_snippets() -> Any:
-    # Loaded by path: tests run with --import-mode=importlib, so sibling modules are not importable by name.
-    path = Path(__file__).with_name("_snippets.py")
-    spec = importlib.util.spec_from_file_location("vf_tests_doc_snippets", path)
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get(spec.name)
-    if module is None:  # registered first: its dataclasses look their module up by name
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
-
-
-S = _load_snippets()
+from .conftest import S
 
 # command (as typed) -> the module whose main(argv) parses its arguments
 CLIS = {

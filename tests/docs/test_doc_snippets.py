@@ -11,9 +11,7 @@ would hold) and may add a prelude or checks; every substituted text must still b
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
@@ -22,20 +20,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import S
 
-def _load_snippets() -> Any:
-    # Loaded by path: tests run with --import-mode=importlib, so sibling modules are not importable by name.
-    path = Path(__file__).with_name("_snippets.py")
-    spec = importlib.util.spec_from_file_location("vf_tests_doc_snippets", path)
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get(spec.name)
-    if module is None:  # registered first: its dataclasses look their module up by name
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module
-
-
-S = _load_snippets()
 SNIPPETS = S.all_snippets(S.ROOT)
 
 

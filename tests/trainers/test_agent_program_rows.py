@@ -37,30 +37,8 @@ class RecordingTrainer(GRPOTrainer):
         return batch, metrics
 
 
-def teach_one_episode(model_dir: Path, episode: dict[str, Any]) -> None:
-    """Supervised steps on one expert episode until the model reproduces its turns."""
-    from trainers.grpo.data.batch import expert_rows
-    from verifiers.inference.loading import load_model_and_tokenizer
-
-    model, tok = load_model_and_tokenizer(model_dir, with_tokenizer=True)
-    (row,) = expert_rows(tok, [episode["messages"]], 4096, tools=[episode["tools"]])
-    ids, mask = torch.tensor([row.input_ids]), torch.tensor([row.loss_mask], dtype=torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
-    model.train()
-    for _ in range(400):
-        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-        loss = -(logp.gather(-1, ids[0, 1:, None])[:, 0] * mask[0]).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if loss.item() < 2e-3:
-            break
-    assert loss.item() < 1e-2, f"the tiny model did not learn the episode (loss {loss.item():.3f})"
-    model.save_pretrained(model_dir)
-
-
 @pytest.fixture(scope="module")
-def program_run(tmp_path_factory: pytest.TempPathFactory) -> RecordingTrainer:
+def program_run(tmp_path_factory: pytest.TempPathFactory, teach_conversation: Any) -> RecordingTrainer:
     pytest.importorskip("transformers")
     from rich.console import Console
 
@@ -77,9 +55,10 @@ def program_run(tmp_path_factory: pytest.TempPathFactory) -> RecordingTrainer:
         root = tmp_path_factory.mktemp("agent_program")
         model_dir = save_tiny_model(root / "model", TinyModelSpec(hidden_size=32, tool_format="signature"))
         call = {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "A"}'}}
-        teach_one_episode(model_dir, {"tools": program_tools(), "messages": [
+        teach_conversation(model_dir, [
             {"role": "user", "content": "look up A"}, {"role": "assistant", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_0", "content": "42"}, {"role": "assistant", "content": "42"}]})
+            {"role": "tool", "tool_call_id": "call_0", "content": "42"}, {"role": "assistant", "content": "42"}],
+            program_tools(), lr=3e-2, max_steps=400, tolerance=1e-2)
         cfg = load_config(None, {
             "model": str(model_dir), "env_id": "agent-lookup", "env_args": env_args, "temperature": 0.5,
             "output_dir": str(root / "run"), "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2,

@@ -36,33 +36,8 @@ class RecordingTrainer(GRPOTrainer):
         return batch, metrics
 
 
-def teach_one_episode(model_dir: Path, env: Any) -> None:
-    """Supervised steps on one expert episode until the model reproduces its turns."""
-    from key_lookup import expert_episode
-
-    from trainers.grpo.data.batch import expert_rows
-    from verifiers.inference.loading import load_model_and_tokenizer
-
-    model, tok = load_model_and_tokenizer(model_dir, with_tokenizer=True)
-    episode = expert_episode(env.get_dataset().rows[0], env.oai_tools)
-    (row,) = expert_rows(tok, [episode["messages"]], 4096, tools=[episode["tools"]])
-    ids, mask = torch.tensor([row.input_ids]), torch.tensor([row.loss_mask], dtype=torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-2)
-    model.train()
-    for _ in range(400):
-        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-        loss = -(logp.gather(-1, ids[0, 1:, None])[:, 0] * mask[0]).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if loss.item() < 2e-3:
-            break
-    assert loss.item() < 1e-2, f"the tiny model did not learn the episode (loss {loss.item():.3f})"
-    model.save_pretrained(model_dir)
-
-
 @pytest.fixture(scope="module")
-def multiturn_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RecordingTrainer, Path]:
+def multiturn_run(tmp_path_factory: pytest.TempPathFactory, teach_conversation: Any) -> tuple[RecordingTrainer, Path]:
     pytest.importorskip("transformers")
     from rich.console import Console
 
@@ -79,7 +54,10 @@ def multiturn_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RecordingTr
         env = vf.load_environment("key-lookup", **env_args)
         root = tmp_path_factory.mktemp("multiturn")
         model_dir = save_tiny_model(root / "model", TinyModelSpec(hidden_size=32))
-        teach_one_episode(model_dir, env)
+        from key_lookup import expert_episode
+
+        episode = expert_episode(env.get_dataset().rows[0], env.oai_tools)
+        teach_conversation(model_dir, episode["messages"], episode["tools"], lr=3e-2, max_steps=400, tolerance=1e-2)
         cfg = load_config(None, {
             "model": str(model_dir), "env_id": "key-lookup", "env_args": env_args, "temperature": 0.5,
             "output_dir": str(root / "run"), "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2,

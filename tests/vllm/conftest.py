@@ -77,37 +77,3 @@ def child_env() -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
-
-@pytest.fixture(scope="session")
-def teach_conversation() -> Callable[..., None]:
-    """``teach_conversation(model_dir, conversation, tools=None)``: supervised training of the tiny
-    model on one conversation (rendered by its chat template) until greedy decoding reproduces it,
-    saved in place. A random tiny model never stops or calls a tool; a few seconds of this make it."""
-
-    def teach(model_dir: Path, conversation: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-              max_steps: int = 600) -> None:
-        import torch
-
-        from trainers.grpo.data.batch import expert_rows
-        from verifiers.inference.loading import load_model_and_tokenizer
-
-        model, tok = load_model_and_tokenizer(model_dir)
-        (row,) = expert_rows(tok, [conversation], 4096, tools=[tools] if tools is not None else None)
-        ids = torch.tensor([row.input_ids])
-        mask = torch.tensor([row.loss_mask], dtype=torch.float32)
-        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-        model.train()
-        for _ in range(max_steps):
-            logits = model(input_ids=ids).logits[0, :-1].float()
-            loss = (torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none") * mask[0]).sum()
-            loss = loss / mask.sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if loss.item() < 2e-3:
-                break
-        assert loss.item() < 5e-3, f"the tiny model did not learn the conversation (loss {loss.item():.4f})"
-        model.eval()
-        model.save_pretrained(model_dir)
-
-    return teach
