@@ -337,7 +337,9 @@ class GenerateOutputs(BaseModel):
     results: list[RolloutResult] = Field(default_factory=list)
 
     @classmethod
-    def from_results(cls, results: list[RolloutResult]) -> GenerateOutputs:
+    def from_results(cls, results: list[RolloutResult], scored: bool = True) -> GenerateOutputs:
+        """Columns from per-rollout results; unscored results (``score_rollouts=False``) leave
+        ``reward`` and ``metrics`` empty, as 0.1.x did, rather than a column of zeros."""
         names: list[str] = []
         for r in results:
             for k in r.metrics:
@@ -350,8 +352,8 @@ class GenerateOutputs(BaseModel):
             state=[r.state for r in results],
             info=[r.info for r in results],
             task=[r.task for r in results],
-            reward=[r.reward for r in results],
-            metrics={k: [r.metrics.get(k, 0.0) for r in results] for k in names},
+            reward=[r.reward for r in results] if scored else [],
+            metrics={k: [r.metrics.get(k, 0.0) for r in results] for k in names} if scored else {},
             example_id=[r.example_id for r in results],
             stop_reason=[r.stop_reason for r in results],
             error=[r.error for r in results],

@@ -167,13 +167,14 @@ async def test_sampling_args_sent_and_merged_with_env_defaults(server: ScriptedS
     assert "extra_body" not in body
 
 
-async def test_score_rollouts_false_leaves_rewards_zero(
+async def test_score_rollouts_false_leaves_rewards_empty(
     server: ScriptedServer, client, rows, exact_match
 ) -> None:
+    """As 0.1.5: no reward column (not a column of zeros that reads like a failing model)."""
     env = make_env(rows, exact_match)
     out = await env.a_evaluate(client, "m", score_rollouts=False)
-    assert out.reward == [0.0, 0.0, 0.0]
-    assert out.metrics == {}
+    assert out.reward == [] and out.metrics == {}
+    assert len(out.completion) == 3 and all(c[-1]["role"] == "assistant" for c in out.completion)
 
 
 async def test_results_are_serialisable(server: ScriptedServer, client, rows, exact_match) -> None:

@@ -19,34 +19,155 @@ from typing import Any
 from verifiers.clients.errors import map_openai_error
 from verifiers.clients.response import ModelResponse, parse_chat_response, parse_completion_response
 from verifiers.errors import ModelError, ModelTimeoutError
-from verifiers.types import SamplingArgs
+from verifiers.types import Messages, MessageType, SamplingArgs
 
 _PLAIN = (str, int, float, bool, type(None))
+
+# The fields of an OpenAI chat / text completion that our parser reads, for objects that are
+# neither dicts nor pydantic models: {name: nested fields, or None for a plain value}; a
+# one-element list means "a list of these". vLLM's token id fields are included.
+_FUNCTION = {"name": None, "arguments": None}
+_TOOL_CALL = {"id": None, "type": None, "function": _FUNCTION}
+_LOGPROB = {"token": None, "logprob": None}
+_RESPONSE_FIELDS: dict[str, Any] = {
+    "id": None,
+    "model": None,
+    "object": None,
+    "created": None,
+    "prompt_token_ids": None,
+    "usage": {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None},
+    "choices": [
+        {
+            "index": None,
+            "finish_reason": None,
+            "text": None,
+            "token_ids": None,
+            "prompt_token_ids": None,
+            "message": {"role": None, "content": None, "reasoning_content": None, "tool_calls": [_TOOL_CALL]},
+            "logprobs": {"content": [_LOGPROB], "tokens": None, "token_logprobs": None},
+        }
+    ],
+}
+
+
+def _is_mock(obj: Any) -> bool:
+    """unittest.mock objects answer every attribute with another mock: read only what was set."""
+    return any(c.__module__ == "unittest.mock" for c in type(obj).__mro__)
+
+
+def _read_fields(obj: Any, fields: Any) -> Any:
+    """``obj`` read attribute by attribute (or key by key) along ``fields``, as 0.1.x read
+    ``response.choices[0].message.content``. A mock's unset attribute (another mock) and a
+    missing one are left out; a value that is not plain JSON where one is expected too."""
+    if fields is None:
+        if isinstance(obj, _PLAIN):
+            return obj
+        if isinstance(obj, (list, tuple)) and all(isinstance(v, _PLAIN) for v in obj):
+            return list(obj)
+        return _MISSING
+    if isinstance(fields, list):
+        if _is_mock(obj) and hasattr(type(obj), "__getitem__"):  # ``resp.choices[0].message.content = ...``
+            obj = [obj[0]]
+        if not isinstance(obj, (list, tuple)):
+            return _MISSING
+        return [v for v in (_read_fields(item, fields[0]) for item in obj) if v is not _MISSING]
+    if obj is None or (_is_mock(obj) and not _mock_has_fields(obj, fields)):
+        return None if obj is None else _MISSING
+    out: dict[str, Any] = {}
+    for name, sub in fields.items():
+        value = obj.get(name, _MISSING) if isinstance(obj, dict) else _attribute(obj, name)
+        if value is _MISSING:
+            continue
+        value = _read_fields(value, sub) if value is not None else None
+        if value is not _MISSING:
+            out[name] = value
+    return out
+
+
+_MISSING: Any = object()
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    if _is_mock(obj):
+        # set attributes live in the instance dict (plain values) or as named children (mocks)
+        if name in vars(obj):
+            return vars(obj)[name]
+        children = vars(obj).get("_mock_children", {})
+        return children.get(name, _MISSING)
+    return getattr(obj, name, _MISSING)
+
+
+def _mock_has_fields(obj: Any, fields: dict[str, Any]) -> bool:
+    return any(_attribute(obj, name) is not _MISSING for name in fields)
 
 
 def to_plain(obj: Any, depth: int = 0) -> Any:
     """A response object as plain JSON-like data (dicts, lists, scalars).
 
-    Pydantic models (the SDK's) go through ``model_dump`` so server extras such
-    as vLLM's ``token_ids`` survive; other objects are read attribute by attribute,
-    which is how a ``SimpleNamespace`` or a hand-written mock response looks.
+    Dicts are used as they are and pydantic models (the SDK's) go through
+    ``model_dump``, so server extras such as vLLM's ``token_ids`` survive. Anything
+    else (a ``SimpleNamespace``, a hand-written class, a ``MagicMock`` whose
+    ``choices[0].message.content`` a test set) is read field by field along the
+    OpenAI response shape, the way 0.1.x read it by attribute access.
     """
-    if depth > 12 or isinstance(obj, _PLAIN):
-        return obj
     if isinstance(obj, dict):
-        return {k: to_plain(v, depth + 1) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v, depth + 1) for v in obj]
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        try:
-            return to_plain(dump(), depth + 1)
-        except Exception:  # a mock's model_dump may be a mock too
-            pass
-    attrs = getattr(obj, "__dict__", None)
-    if isinstance(attrs, dict):
-        return {k: to_plain(v, depth + 1) for k, v in attrs.items() if not k.startswith("_")}
-    return obj
+        return obj
+    if not _is_mock(obj):
+        dump = getattr(obj, "model_dump", None)
+        if callable(dump):
+            dumped = dump()
+            if isinstance(dumped, dict):
+                return dumped
+    return _read_fields(obj, _RESPONSE_FIELDS)
+
+
+def as_model_response(obj: Any, completion_mode: bool) -> ModelResponse:
+    """Whatever an overridden ``get_model_response`` returned, as the `ModelResponse` the loop reads:
+    ours (or a `ResponseView` of it) as is; an SDK object, a dict or a mock through `to_plain`."""
+    from verifiers.clients.response import ResponseView
+    from verifiers.errors import EmptyResponseError
+
+    if isinstance(obj, ResponseView):
+        obj = obj.response
+    if isinstance(obj, ModelResponse):
+        return obj
+    if obj is None:
+        raise EmptyResponseError("get_model_response returned None")
+    data = to_plain(obj)
+    if not isinstance(data, dict):
+        raise EmptyResponseError(f"get_model_response returned {type(obj).__name__}, not a response")
+    return parse_completion_response(data) if completion_mode else parse_chat_response(data)
+
+
+def v01_request_args(prompt: Messages, sampling_args: SamplingArgs | None, message_type: MessageType) -> SamplingArgs:
+    """Sampling args as 0.1.5's ``get_model_response`` sent them.
+
+    ``max_tokens`` becomes ``max_completion_tokens`` in chat mode, ``None`` values are
+    dropped, and a chat prompt with ``input_audio`` parts asks for text output
+    (``modalities=["text"]``) unless the caller chose modalities. The caller's dict is
+    not modified (0.1.5 popped keys from it).
+    """
+    args = dict(sampling_args or {})
+    if "max_tokens" in args:
+        max_tokens = args.pop("max_tokens")
+        if max_tokens is not None:
+            args["max_completion_tokens" if message_type == "chat" else "max_tokens"] = max_tokens
+    args = {k: v for k, v in args.items() if v is not None}
+    if message_type == "chat" and "modalities" not in args and _has_audio(prompt):
+        args["modalities"] = ["text"]
+    return args
+
+
+def _has_audio(prompt: Messages) -> bool:
+    if not isinstance(prompt, list):
+        return False
+    for message in prompt:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(part, dict) and str(part.get("type", "")).startswith("input_audio") for part in content
+        ):
+            return True
+    return False
 
 
 def _accepts(fn: Any, name: str) -> bool:
@@ -60,8 +181,9 @@ def _accepts(fn: Any, name: str) -> bool:
 class CreateMethodChatClient:
     """Calls ``client.chat.completions.create`` / ``client.completions.create`` as 0.1.x did.
 
-    Sampling args are passed as keyword arguments unchanged (``extra_body`` included,
-    so the SDK merges it as it always did). A synchronous ``create`` runs in a worker
+    Sampling args are passed as keyword arguments the way 0.1.5's ``get_model_response``
+    passed them (`v01_request_args`; ``extra_body`` included, so the SDK merges it as it
+    always did). A synchronous ``create`` runs in a worker
     thread so it does not block the event loop; an async one is awaited. ``timeout``
     is passed when ``create`` takes it and is also enforced around the call.
     """
@@ -100,7 +222,7 @@ class CreateMethodChatClient:
         kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}  # a snapshot: wrappers may keep it
         if tools:
             kwargs["tools"] = tools
-        kwargs.update({k: v for k, v in (sampling_args or {}).items() if v is not None})
+        kwargs.update(v01_request_args(messages, sampling_args, "chat"))
         data = await self._call(self.client.chat.completions.create, timeout, **kwargs)
         return parse_chat_response(data)
 
@@ -121,7 +243,7 @@ class CreateMethodChatClient:
                 "environments (message_type='completion') need one"
             )
         kwargs: dict[str, Any] = {"model": model, "prompt": prompt}
-        kwargs.update({k: v for k, v in (sampling_args or {}).items() if v is not None})
+        kwargs.update(v01_request_args(prompt, sampling_args, "completion"))
         data = await self._call(completions.create, timeout, **kwargs)
         return parse_completion_response(data)
 

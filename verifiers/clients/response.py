@@ -166,3 +166,26 @@ def _validate(cls: Any, raw: dict[str, Any]) -> Any:
         return cls.model_validate(data)
     except Exception:
         return cls.model_construct(**data)
+
+
+OVERLONG_PROMPT_ID = "overlong-prompt"
+
+
+def overlong_prompt_response(message_type: str) -> Any:
+    """0.1.x's placeholder for a prompt over the context length: an SDK ``ChatCompletion`` /
+    ``Completion`` with id ``"overlong-prompt"``, text "Prompt too long." and
+    ``finish_reason="length"``. 0.1.x rollout loops (and environments copied from them)
+    check ``response.id == "overlong-prompt"`` to end the episode."""
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage
+    from openai.types.chat.chat_completion import Choice
+    from openai.types.completion import Completion
+    from openai.types.completion_choice import CompletionChoice
+
+    if message_type == "chat":
+        message = ChatCompletionMessage(role="assistant", content="Prompt too long.")
+        choice = Choice(index=0, message=message, finish_reason="length")
+        return ChatCompletion(id=OVERLONG_PROMPT_ID, created=0, model="", object="chat.completion", choices=[choice])
+    if message_type == "completion":
+        text_choice = CompletionChoice(index=0, text="Prompt too long.", finish_reason="length")
+        return Completion(id=OVERLONG_PROMPT_ID, created=0, model="", object="text_completion", choices=[text_choice])
+    raise ValueError(f"Invalid message type: {message_type}")

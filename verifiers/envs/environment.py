@@ -17,12 +17,12 @@ from typing import Any
 
 from verifiers._helpers import set_legacy_attributes
 from verifiers.clients.loop import run_sync  # also importable from here, as before (eval/runner.py)
+from verifiers.envs.legacy import LegacyEnvironmentMethods
 from verifiers.errors import ConfigError
 from verifiers.parsers.parser import Parser
 from verifiers.rollout.error_report import warn_about_errors
 from verifiers.rollout.inputs import RolloutInput
 from verifiers.rollout.runner import run_rollouts
-from verifiers.rollout.tokens import process_results_from_tokens
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import (
     GenerateInputs,
@@ -31,7 +31,6 @@ from verifiers.types import (
     Message,
     Messages,
     MessageType,
-    ProcessedOutputs,
     RolloutResult,
     SamplingArgs,
     State,
@@ -81,7 +80,7 @@ def _to_rows(data: Any) -> list[dict[str, Any]]:
     raise ConfigError(f"cannot use {type(data).__name__} as a dataset: give a datasets.Dataset or a list of dicts")
 
 
-class Environment(ABC):
+class Environment(LegacyEnvironmentMethods, ABC):
     """Base class of all environments. Subclasses implement `rollout` (MultiTurnEnv does)."""
 
     def __init__(
@@ -318,6 +317,14 @@ class Environment(ABC):
         """
         rows = self._input_rows(inputs)
         limit = max_concurrent_generation if max_concurrent_generation is not None else max_concurrent
+        if type(self).run_rollouts is not LegacyEnvironmentMethods.run_rollouts and not (
+            score_rollouts and interleave_scoring
+        ):
+            # 0.1.5 went through self.run_rollouts on this path, and subclasses override it
+            return await self._generate_v01(
+                rows, client, model, sampling_args, score_rollouts,
+                self.max_concurrent if limit is None else limit, **kwargs,
+            )
         results = await run_rollouts(
             self,
             client,
@@ -330,7 +337,7 @@ class Environment(ABC):
             on_group=on_group,
             on_rollout=on_rollout,
         )
-        return GenerateOutputs.from_results(results)
+        return GenerateOutputs.from_results(results, scored=score_rollouts)
 
     def generate(
         self,
@@ -383,62 +390,6 @@ class Environment(ABC):
     def evaluate(self, client: Any, model: str, *args: Any, **kwargs: Any) -> GenerateOutputs:
         """Evaluate on the eval split (or the training split when there is none); arguments as `a_evaluate`."""
         return run_sync(self.a_evaluate(client, model, *args, **kwargs))
-
-    # -- 0.1.x helpers for datasets and training ------------------------------------------------
-    def make_dataset(
-        self,
-        results: GenerateOutputs,
-        rollouts_per_example: int = 1,
-        push_to_hf_hub: bool = False,
-        hub_name: str | None = None,
-        state_columns: list[str] | None = None,
-        push_to_hub: bool | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Results as a ``datasets.Dataset`` (0.1.x columns: prompt, completion, answer, task,
-        reward, average_reward, info, one column per metric, chosen state columns)."""
-        push = push_to_hf_hub if push_to_hub is None else push_to_hub
-        if push and hub_name is None:
-            raise ConfigError("make_dataset: hub_name is required to push to the Hugging Face Hub")
-        from verifiers.data.results import results_to_dataset  # here: `import verifiers` skips verifiers.data
-
-        dataset = results_to_dataset(results, rollouts_per_example, state_columns)
-        if push:
-            dataset.push_to_hub(hub_name)
-        return dataset
-
-    def process_env_results_vllm(
-        self,
-        prompts: list[Messages],
-        completions: list[Messages],
-        states: list[State],
-        rewards: list[float],
-        processing_class: Any = None,
-        max_seq_len: int = -1,
-        mask_env_responses: bool = False,
-        mask_truncated_completions: bool = False,
-        zero_truncated_completions: bool = False,
-    ) -> ProcessedOutputs:
-        """Token ids, masks and logprobs per rollout (0.1.x), from the ids the server returned.
-
-        Nothing is re-tokenised (``processing_class`` is accepted and unused): each
-        rollout's ``state["tokens"]`` holds, per model call, the prompt ids the server
-        saw and the ids it sampled, which is exact where re-applying a chat template
-        is not. Rollouts need those ids: request them with
-        ``sampling_args={"logprobs": True, "extra_body": {"return_token_ids": True}}``.
-        """
-        if not (len(prompts) == len(completions) == len(states) == len(rewards)):
-            raise ConfigError("process_env_results_vllm: prompts, completions, states and rewards differ in length")
-        return process_results_from_tokens(
-            states,
-            rewards,
-            max_seq_len=max_seq_len,
-            mask_env_responses=mask_env_responses,
-            mask_truncated_completions=mask_truncated_completions,
-            zero_truncated_completions=zero_truncated_completions,
-        )
-
-    process_env_results = process_env_results_vllm
 
 
 class _FormattedDataset:

@@ -17,9 +17,11 @@ from abc import abstractmethod
 from typing import Any
 
 from verifiers._helpers import maybe_await
+from verifiers.clients.create_client import as_model_response
 from verifiers.clients.openai_client import ChatClient, as_chat_client, get_model_response
-from verifiers.clients.response import ResponseView
+from verifiers.clients.response import OVERLONG_PROMPT_ID, ModelResponse, ResponseView
 from verifiers.envs.environment import Environment
+from verifiers.envs.legacy import LegacyEnvironmentMethods
 from verifiers.errors import EnvError, OverlongPromptError
 from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage, as_tool_calls
 
@@ -77,8 +79,9 @@ class MultiTurnEnv(Environment):
     async def is_completed(self, messages: Messages, state: State, **kwargs: Any) -> bool:
         """Is the episode over? Checked before every model turn and right after it.
 
-        The default ends at the turn limit; overrides may call ``self.max_turns_reached(state)``
-        (the limit is enforced either way).
+        The default ends at the turn limit or an overlong prompt; overrides may call
+        ``self.max_turns_reached(state)``. The limit is enforced either way (0.1.x enforced it
+        only through this method, so an override that forgot it ran until the context filled).
         """
         return bool(await maybe_await(self.max_turns_reached(state))) or bool(
             await maybe_await(self.prompt_too_long(state))
@@ -112,16 +115,23 @@ class MultiTurnEnv(Environment):
             state["responses_start_idx"] = []
         return state
 
-    async def get_model_response(
-        self,
-        client: ChatClient,
-        model: str,
-        prompt: Messages,
-        sampling_args: SamplingArgs | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        tools = self.oai_tools if self.message_type == "chat" else None
-        return await get_model_response(client, model, prompt, tools=tools, sampling_args=sampling_args)
+    async def _model_turn(
+        self, client: Any, chat_client: ChatClient, model: str, messages: Messages, args: SamplingArgs,
+        state: State, **kwargs: Any,
+    ) -> ModelResponse:
+        """One model call. A subclass's own ``get_model_response`` is called as 0.1.5's loop called it
+        (the client as given, 0.1.5's keyword arguments) and may return anything response-shaped."""
+        completion_mode = isinstance(messages, str)
+        tools = None if completion_mode else (state["info"] or {}).get("oai_tools") or self.oai_tools
+        if type(self).get_model_response is LegacyEnvironmentMethods.get_model_response:
+            return await get_model_response(chat_client, model, messages, tools=tools, sampling_args=args)
+        returned = await self.get_model_response(
+            client, model, messages, oai_tools=tools, sampling_args=args, message_type=self.message_type,
+            initial_prompt=len(state["responses"]) == 0, **kwargs,
+        )
+        if getattr(returned, "id", None) == OVERLONG_PROMPT_ID:
+            raise OverlongPromptError("get_model_response returned the overlong-prompt placeholder")
+        return as_model_response(returned, completion_mode)
 
     async def _completed(self, messages: Any, state: State, **kwargs: Any) -> str | None:
         """``is_completed``, with why: "max_turns" when it ended on the turn limit (the default, or
@@ -172,7 +182,7 @@ class MultiTurnEnv(Environment):
             if await maybe_await(self.max_turns_reached(state)):
                 return record("max_turns")
             try:
-                response = await self.get_model_response(chat_client, model, messages, args)
+                response = await self._model_turn(client, chat_client, model, messages, args, state, **kwargs)
             except OverlongPromptError:
                 state["is_truncated"] = True
                 state["prompt_too_long"] = True

@@ -13,4 +13,6 @@ class SingleTurnEnv(MultiTurnEnv):
         return state["turn"] >= 1
 
     async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> Any:
-        raise NotImplementedError("SingleTurnEnv never asks the environment for a response")
+        """Never called by the turn loop (the episode ends after the model's turn); returns what
+        0.1.x's returned, for code that calls it directly."""
+        return [{"role": "user", "content": ""}], state

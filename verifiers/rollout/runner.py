@@ -195,11 +195,13 @@ async def run_rollouts(
             await maybe_await(on_group(group))
 
     async def one(i: int, inp: RolloutInput) -> None:
+        # Each rollout gets the client as given (0.1.x rollouts call client.chat.completions.create);
+        # the turn loop adapts it with the same cached `as_chat_client` adapter as chat_client here.
         if sem is not None:
             async with sem:
-                res = await run_single(env, chat_client, model, inp, sampling_args, rollout_timeout_s)
+                res = await run_single(env, client, model, inp, sampling_args, rollout_timeout_s)
         else:
-            res = await run_single(env, chat_client, model, inp, sampling_args, rollout_timeout_s)
+            res = await run_single(env, client, model, inp, sampling_args, rollout_timeout_s)
         if score:
             t = time.perf_counter()
             try:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from verifiers.clients.response import overlong_prompt_response
 from verifiers.types import ChatMessage, Messages, MessageType, ModelResponse
 
 __all__ = [
@@ -129,20 +130,4 @@ def sanitize_tool_calls(messages: Messages) -> Messages:
 
 def get_overlong_prompt_dummy_response(message_type: MessageType) -> ModelResponse:
     """The placeholder response upstream records when a prompt does not fit the context."""
-    from openai.types.chat import ChatCompletion, ChatCompletionMessage
-    from openai.types.chat.chat_completion import Choice
-    from openai.types.completion import Completion
-    from openai.types.completion_choice import CompletionChoice
-
-    if message_type == "chat":
-        message = ChatCompletionMessage(role="assistant", content="Prompt too long.")
-        choice = Choice(index=0, message=message, finish_reason="length")
-        return ChatCompletion(
-            id="overlong-prompt", created=0, model="", object="chat.completion", choices=[choice]
-        )
-    if message_type == "completion":
-        text_choice = CompletionChoice(index=0, text="Prompt too long.", finish_reason="length")
-        return Completion(
-            id="overlong-prompt", created=0, model="", object="text_completion", choices=[text_choice]
-        )
-    raise ValueError(f"Invalid message type: {message_type}")
+    return overlong_prompt_response(message_type)
