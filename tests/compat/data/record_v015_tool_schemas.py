@@ -15,6 +15,7 @@ exception 0.1.5 raised. The versions of the libraries that shape the text
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -27,10 +28,8 @@ def _versions(*names: str) -> dict[str, str]:
     """Installed versions of ``names`` (griffe is published as ``griffelib`` since 2.x)."""
     found = {}
     for name in names:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
-        except PackageNotFoundError:
-            pass
     return found
 
 

@@ -7,13 +7,31 @@ authors write: defaults, ``Optional``/``X | None``, lists, dicts, ``Literal``, m
 hints, ``*args``/``**kwargs``, Google docstrings (multi-line summaries and argument
 descriptions, other sections), no docstring and async functions.
 
-Only the standard library and pydantic-free typing here: the recorder's interpreter
-imports this file too.
+Only the standard library and pydantic here: the recorder's interpreter imports this
+file too.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+import enum
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+class Shape(BaseModel):
+    name: str
+    points: list[Point]
 
 
 def add(a: int, b: int) -> int:
@@ -233,6 +251,33 @@ def sphinx_style(x: int, y: int) -> int:
     return x * y
 
 
+def enum_param(color: Color = Color.RED, other: Color | None = None) -> str:
+    """Paint.
+
+    Args:
+        color: The colour.
+    """
+    return "x"
+
+
+def model_param(shape: Shape, origin: Point | None = None) -> int:
+    """Measure a shape.
+
+    Args:
+        shape: The shape to measure.
+    """
+    return 0
+
+
+def union_annotated(a: int | str, b: Annotated[int, "How many."], c: Annotated[str, "Ignored: docstring wins."] = "") -> str:
+    """Unions and Annotated descriptions.
+
+    Args:
+        c: From the docstring.
+    """
+    return str(a)
+
+
 SIGNATURES = [
     add,
     search,
@@ -258,4 +303,7 @@ SIGNATURES = [
     defaults_of_each_kind,
     unicode_doc,
     sphinx_style,
+    enum_param,
+    model_param,
+    union_annotated,
 ]
