@@ -60,6 +60,15 @@ def test_tool_env_sends_0_1_5s_schemas() -> None:
     assert [json.dumps(t) for t in core.oai_tools] == [SCHEMAS["literal"]["json"]]
 
 
+async def test_the_request_carries_0_1_5s_text(server: Any, client: Any) -> None:
+    """The schema text reaches the model: the chat request's ``tools`` as the server received it."""
+    tools = [BY_NAME[name] for name in ("search", "literal", "model_param")]
+    env = vf.ToolEnv(tools=tools, dataset=[{"question": "hi", "answer": "hi"}])
+    await env.a_generate([{"prompt": [{"role": "user", "content": "hi"}], "answer": "hi"}], client, "m")
+    sent = server.requests[0]["tools"]
+    assert json.dumps(sent) == "[" + ", ".join(SCHEMAS[fn.__name__]["json"] for fn in tools) + "]"
+
+
 def test_stateful_tool_env_hides_skipped_args_in_0_1_5s_format() -> None:
     """0.1.5 ``StatefulToolEnv.add_tool(tool, args_to_skip)`` deletes the skipped properties and
     their ``required`` entries from ``convert_func_to_oai_tool``'s schema; the rest is unchanged."""

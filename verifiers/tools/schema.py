@@ -95,20 +95,40 @@ def _strict(schema: Any, root: dict[str, Any]) -> dict[str, Any]:
 
 
 def _field(param: inspect.Parameter, hint: Any, description: str | None) -> tuple[Any, Any]:
-    """(annotation, FieldInfo) for one parameter, as openai-agents declared it."""
+    """(annotation, FieldInfo) for one parameter, as openai-agents declared it.
+
+    ``Annotated[...]`` metadata (a pydantic ``Field``, constraints) is merged into the
+    field; the docstring's description wins over the annotation's.
+    """
+    stripped, metadata = hint, ()
+    while typing.get_origin(stripped) is typing.Annotated:
+        stripped, *extra = typing.get_args(stripped)
+        metadata = (*metadata, *extra)
+    if description is None:
+        description = next((m for m in metadata if isinstance(m, str)), None)
     if param.kind is param.VAR_POSITIONAL:
-        if typing.get_origin(hint) is tuple:
-            args = typing.get_args(hint)
-            hint = list[args[0]] if len(args) == 2 and args[1] is Ellipsis else list[Any]  # type: ignore[valid-type]
+        if typing.get_origin(stripped) is tuple:
+            args = typing.get_args(stripped)
+            stripped = list[args[0]] if len(args) == 2 and args[1] is Ellipsis else list[Any]  # type: ignore[valid-type]
         else:
-            hint = list[hint]  # type: ignore[valid-type]
-        return hint, Field(default_factory=list, description=description)
+            stripped = list[stripped]  # type: ignore[valid-type]
+        return stripped, Field(default_factory=list, description=description)
     default = param.default
+    if metadata:
+        annotated = FieldInfo.from_annotation(hint)
+        merged = FieldInfo.merge_field_infos(annotated, description=description or annotated.description)
+        if default is not param.empty and not isinstance(default, FieldInfo):
+            merged = FieldInfo.merge_field_infos(merged, default=default)
+        elif isinstance(default, FieldInfo):
+            merged = FieldInfo.from_annotated_attribute(typing.Annotated[stripped, merged], default)
+            if not any(isinstance(item, FieldInfo) for item in metadata):
+                merged = FieldInfo.merge_field_infos(merged, description=description or default.description)
+        return stripped, merged
     if default is param.empty:
-        return hint, Field(..., description=description)
+        return stripped, Field(..., description=description)
     if isinstance(default, FieldInfo):
-        return hint, FieldInfo.merge_field_infos(default, description=description or default.description)
-    return hint, Field(default=default, description=description)
+        return stripped, FieldInfo.merge_field_infos(default, description=description or default.description)
+    return stripped, Field(default=default, description=description)
 
 
 def _tool_name(fn: Any) -> str:
@@ -155,11 +175,7 @@ def tool_schema(fn: Callable[..., Any], args_to_skip: Sequence[str] = ()) -> dic
             raise ConfigError(
                 f"Tool {name!r}, parameter {param.name!r} is positional-only; tool arguments are passed by name."
             )
-        hint = hints.get(param.name, Any)
-        description = doc.params.get(param.name)
-        if description is None and typing.get_origin(hint) is typing.Annotated:
-            description = next((m for m in typing.get_args(hint)[1:] if isinstance(m, str)), None)
-        fields[param.name] = _field(param, hint, description)
+        fields[param.name] = _field(param, hints.get(param.name, Any), doc.params.get(param.name))
     parameters, strict = _parameters_without(name, fields, set(args_to_skip) & set(fields))
     function = {"name": name, "description": doc.description or "", "parameters": parameters, "strict": strict}
     return {"type": "function", "function": function}

@@ -16,7 +16,12 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
 
 
 class Color(enum.Enum):
@@ -278,6 +283,81 @@ def union_annotated(a: int | str, b: Annotated[int, "How many."], c: Annotated[s
     return str(a)
 
 
+def returns_first(q: str, n: int = 2) -> list[str]:
+    """Sections in another order.
+
+    Returns:
+        The matches.
+
+    Raises:
+        ValueError: On an empty query.
+
+    Args:
+        q: The query.
+        n: How many.
+    """
+    return [q]
+
+
+def fenced_example(expr: str) -> str:
+    """Evaluate an expression.
+
+    ```
+    Args:
+        not: an argument, inside a code fence
+    ```
+
+    Args:
+        expr: A Python expression.
+    """
+    return expr
+
+
+def pydantic_fields(
+    count: Annotated[int, Field(ge=0, description="How many (annotated).")],
+    ratio: float = Field(0.5, ge=0, le=1, description="A share."),
+    level: Level = Level.LOW,
+) -> str:
+    """Constraints from pydantic Field.
+
+    Args:
+        ratio: The share from the docstring.
+    """
+    return str(count)
+
+
+def typed_varargs(*names: str, sep: str = ",") -> str:
+    """Join names.
+
+    Args:
+        *names: The names.
+        sep: The separator.
+    """
+    return sep.join(names)
+
+
+def keyword_only(a: int, *, b: int = 2, c: str | None = None) -> int:
+    """Keyword-only parameters.
+
+    Args:
+        a: First.
+        b: Second.
+        c: Third.
+    """
+    return a + b
+
+
+def trailing_text(x: int) -> int:
+    """Summary line.
+
+    Args:
+        x: The number.
+
+    More text after the arguments.
+    """
+    return x
+
+
 SIGNATURES = [
     add,
     search,
@@ -306,4 +386,10 @@ SIGNATURES = [
     enum_param,
     model_param,
     union_annotated,
+    returns_first,
+    fenced_example,
+    pydantic_fields,
+    typed_varargs,
+    keyword_only,
+    trailing_text,
 ]
