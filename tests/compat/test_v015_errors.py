@@ -79,6 +79,10 @@ def boom(completion: Any) -> float:
     raise RuntimeError("boom")
 
 
+def boom_kwargs(completion: Any, **kwargs: Any) -> float:  # 0.1.5's other branch (**kwargs): same 0.0
+    raise ValueError("boom with kwargs")
+
+
 def needs_foo(foo: Any) -> float:  # 0.1.5 passes no `foo`: TypeError inside the call, scored 0.0
     return 1.0
 
@@ -100,18 +104,22 @@ def returns_none(completion: Any) -> Any:
 
 
 async def test_scoring_semantics_of_0_1_5() -> None:
-    rubric = vf.Rubric(funcs=[boom, needs_foo, takes_everything, filtered, returns_none])
+    rubric = vf.Rubric(funcs=[boom, boom_kwargs, needs_foo, takes_everything, filtered, returns_none])
     completion = [{"role": "assistant", "content": "a"}]
     score = await rubric.score_rollout([], completion, "ans", {}, "t", {"i": 1}, extra=3)
     # 0.1.5: a failing function scores 0.0, the others count; reward = sum(score * weight)
-    assert score.metrics == {"boom": 0.0, "needs_foo": 0.0, "takes_everything": 1.0, "filtered": 0.5, "returns_none": 0.0}
+    assert score.metrics == {
+        "boom": 0.0, "boom_kwargs": 0.0, "needs_foo": 0.0, "takes_everything": 1.0, "filtered": 0.5, "returns_none": 0.0
+    }  # fmt: skip
     assert score.reward == 1.5
     # 0.1.5 (with **kwargs): prompt, completion, answer, state, task, info, parser and the extra kwargs;
     # we also pass example_id (a function with **kwargs cannot tell unless it lists the keys)
     assert {"prompt", "completion", "answer", "state", "task", "info", "parser", "extra"} <= set(SEEN)
     assert SEEN["extra"] == 3 and SEEN["info"] == {"i": 1} and SEEN["task"] == "t"
     # deliberate: the failures are also recorded (0.1.5 only logged them)
-    assert [e.where for e in score.errors] == ["reward:boom", "reward:needs_foo", "reward:returns_none"]
+    assert [e.where for e in score.errors] == [
+        "reward:boom", "reward:boom_kwargs", "reward:needs_foo", "reward:returns_none"
+    ]  # fmt: skip
 
 
 async def test_call_reward_func_scores_failures_zero(caplog: pytest.LogCaptureFixture) -> None:
@@ -119,6 +127,7 @@ async def test_call_reward_func_scores_failures_zero(caplog: pytest.LogCaptureFi
     rubric = vf.Rubric(funcs=[boom])
     with caplog.at_level(logging.ERROR):
         assert await rubric.call_reward_func(boom, [], [], "a", {}) == 0.0
+        assert await rubric.call_reward_func(boom_kwargs, [], [], "a", {}) == 0.0
         assert await rubric.call_reward_func(needs_foo, [], [], "a", {}) == 0.0
         assert await rubric.call_reward_func(returns_none, [], [], "a", {}) == 0.0
     assert "Error calling reward function boom" in caplog.text

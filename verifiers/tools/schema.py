@@ -216,5 +216,5 @@ def _parameters(name: str, fields: dict[str, Any]) -> tuple[dict[str, Any], bool
     try:
         candidate = copy.deepcopy(parameters)  # `parameters` stays the non-strict fallback
         return _strict(candidate, candidate), True
-    except (_NotStrict, KeyError, TypeError):
+    except (_NotStrict, KeyError, TypeError, RecursionError):  # 0.1.x raised: send it non-strict
         return parameters, False
