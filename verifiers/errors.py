@@ -79,6 +79,16 @@ class EnvError(VFError):
     """An environment hook (setup_state, env_response, is_completed, ...) raised."""
 
 
+class UnknownTaskError(EnvError, KeyError):
+    """A task no environment of an `EnvGroup` is named after.
+
+    Also a `KeyError`: 0.1.x's ``EnvGroup.rollout`` looked the task up in a dict.
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class RolloutTimeoutError(EnvError):
     """A whole rollout ran past its per-rollout timeout."""
 

@@ -148,8 +148,9 @@ def test_convert_func_to_oai_tool_uses_docstring_and_hints() -> None:
     tool = convert_func_to_oai_tool(lookup)
     fn = tool["function"]
     assert tool["type"] == "function" and fn["name"] == "lookup" and fn["description"] == "Find places."
-    assert fn["parameters"]["properties"]["city"] == {"type": "string", "description": "Name of the city."}
-    assert fn["parameters"]["required"] == ["city"]
+    # 0.1.5's (openai-agents') strict schema: per-parameter titles, every parameter required
+    assert fn["parameters"]["properties"]["city"] == {"description": "Name of the city.", "title": "City", "type": "string"}
+    assert fn["parameters"]["required"] == ["city", "limit"] and tool["function"]["strict"] is True
 
 
 def test_example_tools_python_and_calculator() -> None:

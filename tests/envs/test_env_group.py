@@ -128,5 +128,6 @@ async def test_unknown_task_is_an_error_result_not_a_batch_abort(server: Scripte
     good, bad = out.results
     assert good.error is None and good.reward == 1.0
     assert bad.stop_reason == "error"
-    assert bad.error is not None and bad.error.type == "EnvError"
+    # UnknownTaskError: an EnvError, and a KeyError as 0.1.x's dict lookup raised
+    assert bad.error is not None and bad.error.type == "UnknownTaskError"
     assert "nope" in bad.error.message

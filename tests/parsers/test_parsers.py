@@ -102,7 +102,9 @@ def test_xml_parse_basic_multiline_and_last_occurrence() -> None:
     assert out.answer == "5"
     assert p.parse("<answer>1</answer> wait <answer>2</answer>").answer == "1"  # 0.1.x: first by default
     assert p.parse("<answer>1</answer> wait <answer>2</answer>", last=True).answer == "2"
-    assert p.parse("<answer> 5 </answer>", strip=False).answer == " 5 "
+    # 0.1.x's pattern <tag>\s*(.*?)\s*</tag> keeps outer whitespace out even with strip=False
+    assert p.parse("<answer> 5 </answer>", strip=False).answer == "5"
+    assert p.parse("<answer> 5 \n 6 </answer>", strip=False).answer == "5 \n 6"
     missing = p.parse("<answer>5")
     assert missing.think is None and missing.answer is None
 

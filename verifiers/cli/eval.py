@@ -12,6 +12,7 @@ import json
 import shlex
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -328,7 +329,13 @@ def resume_command(argv: list[str], run_dir: Path) -> str:
     return shlex.join(["vf-eval", *kept, "-R", str(run_dir)])
 
 
-def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] | None = None) -> int:
+def _run(
+    args: argparse.Namespace,
+    out: Console,
+    err: Console,
+    argv: list[str] | None = None,
+    load_env: Callable[..., Any] | None = None,
+) -> int:
     if args.view is not None:
         return _view(args, out)
     from verifiers.eval.legacy_flags import add_env_dir
@@ -339,7 +346,8 @@ def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] |
     check_legacy_flags(args, err)
     config = config_from_args(args)
     add_env_dir(config.env_id, args.env_dir_path, explicit=args.env_dir_path is not None)
-    result = run_eval(config, console=err)
+    env = load_env(config.env_id, config.env_args) if load_env is not None else None
+    result = run_eval(config, env=env, console=err)
     _print_summary(result, config.rollouts_per_example, out)
     first_messages = first_error_messages(result.results)
     if first_messages:
@@ -378,14 +386,18 @@ def _run(args: argparse.Namespace, out: Console, err: Console, argv: list[str] |
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``vf-eval``; returns the exit status (0 ok, 1 failed, 2 bad config, 130 interrupted)."""
+def main(argv: list[str] | None = None, *, load_env: Callable[..., Any] | None = None) -> int:
+    """Entry point of ``vf-eval``; returns the exit status (0 ok, 1 failed, 2 bad config, 130 interrupted).
+
+    ``load_env(env_id, env_args)`` replaces the environment loader (``verifiers.scripts.eval``
+    loads through its module's ``vf`` so 0.1.x tests can patch it).
+    """
     args = build_parser().parse_args(argv)
     quiet_libraries(args.verbose)
     out = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
     try:
-        return _run(args, out, err, argv)
+        return _run(args, out, err, argv, load_env)
     except KeyboardInterrupt:
         err.print("interrupted")
         return EXIT_INTERRUPTED

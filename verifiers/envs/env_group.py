@@ -1,20 +1,32 @@
 """EnvGroup: several environments behind one dataset, routed by ``task``.
 
-Datasets are concatenated with ``task`` set to each environment's name;
-rollouts and scoring are delegated to the environment that owns the task.
-Metrics of one environment are reported as 0 for rollouts of another.
+Datasets are concatenated with ``task`` set to each environment's name (``env_0``,
+``env_1``, ... unless ``env_names`` is given, as in 0.1.x); rollouts and scoring are
+delegated to the environment that owns the task. Metrics of one environment are
+reported as 0 for rollouts of another.
+
+An unknown task behaves as in 0.1.x where 0.1.x code can see it: ``rollout`` raises
+(`UnknownTaskError`, a `KeyError` too), ``get_env_for_task`` falls back to the first
+environment and the rubric scores 0 for every metric, both with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from verifiers._helpers import maybe_await
 from verifiers.envs.environment import Environment, _FormattedDataset
-from verifiers.errors import ConfigError, EnvError
+from verifiers.errors import ConfigError, UnknownTaskError
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import Info, Messages, RolloutScore, SamplingArgs, State
+
+logger = logging.getLogger(__name__)
+
+
+def _unknown_task(task: str, env_map: dict[str, Environment]) -> str:
+    return f"no environment for task {task!r}; known tasks: {sorted(env_map)}"
 
 
 class EnvGroupRubric(Rubric):
@@ -22,10 +34,11 @@ class EnvGroupRubric(Rubric):
         super().__init__()
         self.env_map = env_map
 
-    def _rubric(self, task: str) -> Rubric:
+    def _rubric(self, task: str) -> Rubric | None:
         env = self.env_map.get(task)
         if env is None:
-            raise EnvError(f"no environment for task {task!r}; known tasks: {sorted(self.env_map)}")
+            logger.warning("%s: every metric scores 0", _unknown_task(task, self.env_map))
+            return None
         return env.rubric
 
     def get_reward_func_names(self) -> list[str]:
@@ -39,23 +52,28 @@ class EnvGroupRubric(Rubric):
         return any(e.rubric.has_group_funcs for e in self.env_map.values())
 
     async def score_rollout(self, *args: Any, task: str = "default", **kwargs: Any) -> RolloutScore:
-        score = await self._rubric(task).score_rollout(*args, task=task, **kwargs)
+        rubric = self._rubric(task)
+        # 0.1.x: an unknown task scores 0 for every metric (a warning, not an error)
+        score = await rubric.score_rollout(*args, task=task, **kwargs) if rubric is not None else RolloutScore()
         for name in self.get_reward_func_names():
             score.metrics.setdefault(name, 0.0)
         return score
 
     async def score_group(self, rollouts: Sequence[dict[str, Any]], scores: list[RolloutScore]) -> None:
-        if rollouts:
-            await self._rubric(rollouts[0].get("task", "default")).score_group(rollouts, scores)
+        rubric = self._rubric(rollouts[0].get("task", "default")) if rollouts else None
+        if rubric is not None:
+            await rubric.score_group(rollouts, scores)
 
 
 class EnvGroup(Environment):
     def __init__(self, envs: Sequence[Environment], env_names: Sequence[str] | None = None, **kwargs: Any) -> None:
-        if not envs:
+        if not envs:  # ConfigError is a ValueError, as 0.1.x raised
             raise ConfigError("EnvGroup needs at least one environment")
-        names = list(env_names) if env_names is not None else [e.env_id or f"env_{i}" for i, e in enumerate(envs)]
-        if len(names) != len(envs) or len(set(names)) != len(names):
-            raise ConfigError("EnvGroup needs one unique name per environment (env_names)")
+        names = list(env_names) if env_names else [f"env_{i}" for i in range(len(envs))]
+        if len(names) != len(envs):
+            raise ConfigError(f"EnvGroup got {len(envs)} environments but {len(names)} env_names: give one name each")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"EnvGroup needs one unique name per environment; env_names={names}")
         self.envs = list(envs)
         self.env_names = names
         self.env_map = dict(zip(names, envs, strict=True))
@@ -80,9 +98,17 @@ class EnvGroup(Environment):
         return rows or None
 
     def get_env_for_task(self, task: str) -> Environment:
+        """The environment named ``task``; the first one (with a warning) for an unknown task, as 0.1.x."""
         env = self.env_map.get(task)
         if env is None:
-            raise EnvError(f"no environment for task {task!r}; known tasks: {sorted(self.env_map)}")
+            logger.warning("%s: using the first environment, %r", _unknown_task(task, self.env_map), self.env_names[0])
+            return self.envs[0]
+        return env
+
+    def _env(self, task: str) -> Environment:
+        env = self.env_map.get(task)
+        if env is None:
+            raise UnknownTaskError(_unknown_task(task, self.env_map))
         return env
 
     async def rollout(
@@ -96,7 +122,7 @@ class EnvGroup(Environment):
         sampling_args: SamplingArgs | None = None,
         **kwargs: Any,
     ) -> tuple[Messages, State]:
-        env = self.get_env_for_task(task)
+        env = self._env(task)
         return await env.rollout(
             client, model, prompt, answer, task, info, self.merge_sampling_args(sampling_args), **kwargs
         )

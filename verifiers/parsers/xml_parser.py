@@ -42,11 +42,16 @@ class XMLParser(Parser):
         self._fields: list[tuple[str, tuple[str, ...]]] = []
         self._tag_to_field: dict[str, int] = {}
         for entry in fields:
-            names = (entry,) if isinstance(entry, str) else tuple(entry)
+            # 0.1.x's checks and exception types: TypeError for a wrong type, ValueError for a bad value
+            if not isinstance(entry, str | tuple):
+                raise TypeError(f"XMLParser: each field must be a string or a tuple of strings, got {entry!r}")
+            names = (entry,) if isinstance(entry, str) else entry
             if not names:
                 raise ValueError("XMLParser field alternatives must not be empty")
             for name in names:
-                if not isinstance(name, str) or not _TAG_NAME.match(name):
+                if not isinstance(name, str):
+                    raise TypeError(f"XMLParser: all alternatives in a tuple must be strings, got {name!r} in {entry!r}")
+                if not _TAG_NAME.match(name):
                     raise ValueError(f"invalid XML tag name: {name!r}")
                 if name in self._tag_to_field:
                     raise ValueError(f"tag {name!r} is declared more than once")
@@ -56,7 +61,8 @@ class XMLParser(Parser):
         """The tag whose content `parse_answer` returns (any declared name, alternative or not)."""
 
         self._tag_patterns = {
-            tag: re.compile(rf"<{re.escape(tag)}>(?P<body>.*?)</{re.escape(tag)}>", re.DOTALL)
+            # whitespace around the content is outside the group, as in 0.1.x: parse(strip=False) keeps only inner whitespace
+            tag: re.compile(rf"<{re.escape(tag)}>\s*(?P<body>.*?)\s*</{re.escape(tag)}>", re.DOTALL)
             for tag in self._tag_to_field
         }
         self._any_tag = re.compile(rf"<(?P<close>/?)(?P<tag>{self._alternation(self._tag_to_field)})>")
@@ -71,7 +77,9 @@ class XMLParser(Parser):
         """One attribute per declared tag name (alternatives included): its content, or ``None``.
 
         A tag that occurs several times gives its first occurrence, as in 0.1.x;
-        ``last=True`` takes the last one (the model's final word).
+        ``last=True`` takes the last one (the model's final word). Whitespace right
+        after the opening tag and before the closing tag is never part of the content
+        (0.1.x's pattern ``<tag>\\s*(.*?)\\s*</tag>``), with ``strip=False`` too.
         """
         result: dict[str, str | None] = {}
         for tag, pattern in self._tag_patterns.items():

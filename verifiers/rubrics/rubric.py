@@ -219,11 +219,17 @@ class Rubric:
     ) -> float:
         """Call one reward function with the arguments it asks for (0.1.x entry point).
 
-        Raises when the function fails; `score_rollout` records such failures instead.
+        As in 0.1.x, a function that fails (raises, misses an argument, returns no
+        number) scores 0.0 and the error is logged: custom ``score_rollout`` overrides
+        built on this method keep 0.1.x's scores. `score_rollout` also records it.
         """
         available = self._available(prompt, completion, answer, state, task, info, None, kwargs)
         sig = self._sig(func)
-        return _as_score(sig.name, await maybe_await(func(**sig.select(available))))
+        try:
+            return _as_score(sig.name, await maybe_await(func(**sig.select(available))))
+        except Exception as exc:
+            logger.error("Error calling reward function %s: %s: %s", sig.name, type(exc).__name__, exc)
+            return 0.0
 
     def _available(
         self,

@@ -1,9 +1,9 @@
 """0.1.x path ``verifiers.utils.tool_utils``: a Python function as an OpenAI tool schema.
 
 Upstream built the schema with the ``openai-agents`` package; here it comes from
-`verifiers.tools.schema.tool_schema` (signature + type hints + Google docstring), the
-same builder ToolEnv uses, so a schema made by hand with this helper matches the one
-the environment sends.
+`verifiers.tools.schema.tool_schema`, which reproduces that text byte for byte
+(strict, per-parameter titles, every parameter required) and is the builder ToolEnv
+uses, so a schema made by hand with this helper matches the one the environment sends.
 """
 
 from __future__ import annotations
@@ -17,5 +17,5 @@ __all__ = ["convert_func_to_oai_tool"]
 
 
 def convert_func_to_oai_tool(func: Callable[..., Any]) -> dict[str, Any]:
-    """``{"type": "function", "function": {"name", "description", "parameters"}}`` for ``func``."""
+    """``{"type": "function", "function": {"name", "description", "parameters", "strict"}}`` for ``func``."""
     return tool_schema(func)
