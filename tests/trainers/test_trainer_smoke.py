@@ -84,6 +84,10 @@ def test_three_steps_move_every_parameter_and_log_finite_metrics(
         assert 0 < row["completions/mean_length"] <= cfg.max_tokens
         assert row["learning_rate"] == pytest.approx(cfg.learning_rate)
         assert row["staleness"] == 0.0  # synchronous generation
+        # the engine shares the learner's weights: its logprobs agree with the learner's to rounding
+        assert row["sampler/logp_diff_mean"] < 1e-4 and row["sampler/logp_diff_max"] < 1e-3, row
+        assert row["sampler/ratio_min"] <= row["sampler/ratio_mean"] <= row["sampler/ratio_max"]
+        assert row["sampler/ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert any(r["grad_norm"] > 0 for r in run.rows)
     assert run.summary.steps == 3 and not run.summary.interrupted
 

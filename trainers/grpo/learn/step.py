@@ -18,6 +18,7 @@ import torch
 
 from trainers.grpo.algo.algorithms import AlgorithmPreset, compute_loss, rows_with_gradient
 from trainers.grpo.algo.losses import LossNormalizer, mask_truncated, rollout_token_counts
+from trainers.grpo.algo.mismatch import MismatchStats
 from trainers.grpo.data.batch import TrainBatch
 from trainers.grpo.data.microbatch import micro_batches
 from trainers.grpo.dist.ranks import Dist
@@ -57,12 +58,14 @@ class Learner:
         self.updating = updating
         self.with_expert = with_expert
         self.on_commit = on_commit
+        self.mismatch = MismatchStats()
 
     def train_on(self, batch: TrainBatch, step: int) -> dict[str, float]:
         """Train on ``batch`` for ``num_iterations`` passes; this rank's metrics."""
         cfg, model = self.cfg, self.policy.model
         plan = self.plan(batch)
         old, ref = self.fixed_logps(plan)
+        self.mismatch = MismatchStats()
         sums: dict[str, float] = {}
         grad_norms = []
         paused = contextlib.ExitStack()
@@ -142,7 +145,8 @@ class Learner:
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step * 101 + it)
         parts = self._parts(plan, gen)
         for part in parts:
-            m = self._micro_batch(plan, part, old, ref, last=part is parts[-1])
+            # The sampler's logprobs are at temperature 1 (the raw log-softmax): comparable only then.
+            m = self._micro_batch(plan, part, old, ref, last=part is parts[-1], measure=it == 0 and cfg.temperature == 1.0)
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
         if cfg.max_grad_norm is not None:
@@ -173,8 +177,9 @@ class Learner:
         return [p.to(batch.input_ids.device) for p in plan_parts]
 
     def _micro_batch(self, plan: StepPlan, part: torch.Tensor, old: torch.Tensor | None, ref: torch.Tensor | None,
-                     *, last: bool) -> dict[str, Any]:
-        """Forward, loss and backward of one micro-batch; its loss metrics."""
+                     *, last: bool, measure: bool = False) -> dict[str, Any]:
+        """Forward, loss and backward of one micro-batch; its loss metrics. ``measure``: also add its
+        sampler-versus-learner logprob gap to `mismatch` (first pass only, before any update)."""
         cfg, preset = self.cfg, self.preset
         sub = plan.batch.select(part)
         width = sub.loss_mask.shape[1]
@@ -196,6 +201,9 @@ class Learner:
             sequence_tokens=sub.sequence_tokens,
         )
         self.policy.backward(loss, last=last)
+        if measure:
+            rl_mask = sub.loss_mask.to(torch.bool) & ~sub.is_expert.unsqueeze(-1)
+            self.mismatch.add(logp, sub.sampler_logp[:, : logp.shape[1]], rl_mask)
         return m
 
     def metrics(self, plan: StepPlan, sums: dict[str, float], grad_norms: list[float]) -> dict[str, float]:
@@ -218,4 +226,7 @@ class Learner:
         (taken after the all-reduce) and the learning rate are the same on every rank."""
         same = {k: metrics[k] for k in ("grad_norm", "learning_rate") if k in metrics}
         summed = self.dist.sum_values({k: v for k, v in metrics.items() if k not in same})
-        return {**summed, **same}
+        mismatch = self.mismatch
+        if self.dist.active:
+            mismatch = MismatchStats.combine(MismatchStats(**p) for p in self.dist.gather(self.mismatch.model_dump()))
+        return {**summed, **same, **mismatch.metrics()}
