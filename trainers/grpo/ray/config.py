@@ -19,6 +19,11 @@ class RayConfig(BaseModel):
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the local cluster (None: Ray counts them)")
     num_workers: int = Field(2, ge=1, description="rollout worker actors, each with the environment and a client")
     worker_num_cpus: float = Field(1.0, ge=0, description="CPUs Ray reserves for each rollout worker")
+    worker_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="custom Ray resources each worker needs, e.g. {rollout = 1}: workers then run only on nodes "
+        "started with --resources '{\"rollout\": N}' (the trainer and the store stay on the trainer's node)",
+    )
     serve_host: str = Field("127.0.0.1", description="interface the trainer serves its engine on (0.0.0.0: a cluster)")
     serve_port: int = Field(0, ge=0, le=65535, description="0: a free port")
     advertise_host: str | None = Field(

@@ -33,8 +33,10 @@ from trainers.grpo.data.store import ExperienceStore, PutStatus
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.ray.cluster import require_ray
 from trainers.grpo.ray.store import RayExperienceStore
+from trainers.grpo.sync.base import ExternalServerSync
 from trainers.grpo.sync.weight_sync import SharedEngineSync, WeightSync
 from verifiers.clients import make_client
+from verifiers.clients.balanced import ChatTarget, make_chat_client
 from verifiers.envs.environment import Environment
 from verifiers.envs.loader import load_environment
 from verifiers.errors import ConfigError, VFError
@@ -76,6 +78,9 @@ class WorkerSpec:
     tokenizer_path: str | None = None
     """The policy's tokenizer, for environments that take one (`Environment.use_tokenizer`: an
     agent program's calls continue earlier calls token-exactly); skipped where the path is absent."""
+    targets: list[ChatTarget] = field(default_factory=list)
+    """External inference servers (vLLM replicas, a vf-serve) the workers call directly, with group
+    affinity over several; empty: the trainer's embedded engine at ``base_url``."""
 
 
 class RolloutWorker:
@@ -90,7 +95,10 @@ class RolloutWorker:
             from transformers import AutoTokenizer
 
             self.env.use_tokenizer(AutoTokenizer.from_pretrained(spec.tokenizer_path))
-        self.client = make_client(spec.base_url, api_key=spec.api_key, timeout=spec.request_timeout_s)
+        if spec.targets:  # the servers the trainer syncs; one conversation stays on one replica
+            self.client = make_chat_client(spec.targets, balance="affinity", timeout=spec.request_timeout_s)
+        else:
+            self.client = make_client(spec.base_url, api_key=spec.api_key, timeout=spec.request_timeout_s)
         self.sampling_args = self.env.merge_sampling_args(spec.sampling_args)
 
     async def run_group(self, inputs: list[RolloutInput], policy_version: int) -> GroupReport:
@@ -117,6 +125,12 @@ class RolloutWorker:
 
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this worker was placed on (``worker_resources`` decides which may host it)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
 
 @dataclass
 class RayRolloutBatch(RolloutBatch):
@@ -138,14 +152,15 @@ class RayBatchGenerator(BatchGenerator):
 
     def __init__(self, env: Environment, rows: Sequence[dict[str, Any]], *, spec: WorkerSpec,
                  store: RayExperienceStore, num_workers: int, worker_num_cpus: float, max_worker_restarts: int,
-                 **generator_kwargs: Any) -> None:
+                 worker_resources: dict[str, float] | None = None, **generator_kwargs: Any) -> None:
         ray = require_ray()
         super().__init__(env, rows, make_client=lambda: None, model_name=spec.model_name,
                          sampling_args=spec.sampling_args, max_concurrent=spec.max_concurrent,
                          rollout_timeout_s=spec.rollout_timeout_s, **generator_kwargs)
         self.spec = spec
         self.store = store
-        self._actor_cls = ray.remote(num_cpus=worker_num_cpus, max_restarts=0)(RolloutWorker)
+        self._actor_cls = ray.remote(num_cpus=worker_num_cpus, resources=dict(worker_resources or {}),
+                                     max_restarts=0)(RolloutWorker)
         self._started = 0
         self.restarts_left = max_worker_restarts
         self.workers: list[Any] = [self._new_worker() for _ in range(num_workers)]
@@ -234,7 +249,8 @@ class RayBatchGenerator(BatchGenerator):
 
 @dataclass
 class RayRollouts:
-    """What a Ray run starts besides the trainer: the engine's HTTP server, the store, the workers."""
+    """What a Ray run starts besides the trainer: the engine's HTTP server (None with external
+    servers), the store, the workers."""
 
     generator: RayBatchGenerator
     store: RayExperienceStore
@@ -251,48 +267,48 @@ class RayRollouts:
             self.generator.kill_workers()  # the trainer closes the generator's loop itself
         with contextlib.suppress(Exception):
             self.store.close()
-        self.server.stop()
+        if self.server is not None:  # None: the workers use external servers
+            self.server.stop()
         if self.started_ray:
             ray.shutdown()
 
 
 def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]], engine: Any,
-                       sampling_args: dict[str, Any], *, store_kwargs: dict[str, Any]) -> RayRollouts:
-    """Serve ``engine`` over HTTP, join or start Ray, start the store actor and the workers."""
+                       sampling_args: dict[str, Any], *, store_kwargs: dict[str, Any],
+                       targets: Sequence[ChatTarget] = (), tokenizer_path: str | None = None) -> RayRollouts:
+    """Join or start Ray, start the store actor and the workers; the workers generate from ``engine``
+    (served here over HTTP) or, with ``targets``, from those external servers directly."""
     import os
 
     from trainers.grpo.ray.cluster import init_ray
-    from verifiers.inference.runner import EmbeddedServer
 
     rc = cfg.ray
     # The workers import the environment by name: they must find what this process finds.
     runtime_env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if os.environ.get("PYTHONPATH") else None
     started = init_ray(rc.address, num_cpus=rc.num_cpus, runtime_env=runtime_env)
-    # Always a key: with a non-loopback serve_host anyone on the network could otherwise generate, or load
-    # other weights into the policy through /weights/reload. The workers get it in their spec.
-    key = secrets.token_urlsafe(32)
-    server = EmbeddedServer(engine, [cfg.server_model_name], host=rc.serve_host, port=rc.serve_port,
-                            api_key=key).start()
+    server: Any = None
     store: RayExperienceStore | None = None
     try:
-        host = rc.advertise_host or rc.serve_host
-        if host in ("0.0.0.0", "::"):
-            import ray
-
-            host = ray.util.get_node_ip_address()
+        if targets:
+            base_url, key = targets[0].base_url, targets[0].api_key or "EMPTY"
+        else:
+            server, base_url, key = _serve_engine(cfg, engine)
+            tokenizer_path = getattr(engine.tokenizer, "name_or_path", None) or None
         store = RayExperienceStore(max_groups=rc.store_max_groups, **store_kwargs)
-        spec = WorkerSpec(env_id=cfg.env_id, env_args=dict(cfg.env_args), base_url=f"http://{host}:{server.port}/v1",
+        spec = WorkerSpec(env_id=cfg.env_id, env_args=dict(cfg.env_args), base_url=base_url,
                           model_name=cfg.server_model_name, sampling_args=sampling_args,
                           max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
-                          put_timeout_s=rc.put_timeout_s, api_key=key,
-                          tokenizer_path=getattr(engine.tokenizer, "name_or_path", None) or None)
+                          put_timeout_s=rc.put_timeout_s, api_key=key, tokenizer_path=tokenizer_path,
+                          targets=list(targets))
         generator = RayBatchGenerator(
             env, rows, spec=spec, store=store, num_workers=rc.num_workers, worker_num_cpus=rc.worker_num_cpus,
             max_worker_restarts=rc.max_worker_restarts, prompts_per_step=cfg.prompts_per_step,
             num_generations=cfg.num_generations, seed=cfg.seed, timeout_s=cfg.generation_timeout_s,
+            worker_resources=rc.worker_resources,
         )
     except BaseException:
-        server.stop()
+        if server is not None:
+            server.stop()
         if store is not None:
             store.close()
         if started:
@@ -303,13 +319,40 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
     return RayRollouts(generator, store, server, started)
 
 
+def _serve_engine(cfg: Any, engine: Any) -> tuple[Any, str, str]:
+    """The trainer's engine over HTTP for the workers: ``(server, base_url, key)``.
+
+    Always a key: with a non-loopback serve_host anyone on the network could otherwise generate, or
+    load other weights into the policy through /weights/reload. The workers get it in their spec.
+    The URL's host is ``advertise_host``, else ``serve_host``, else (0.0.0.0) this node's Ray IP.
+    """
+    from verifiers.inference.runner import EmbeddedServer
+
+    rc = cfg.ray
+    key = secrets.token_urlsafe(32)
+    server = EmbeddedServer(engine, [cfg.server_model_name], host=rc.serve_host, port=rc.serve_port,
+                            api_key=key).start()
+    host = rc.advertise_host or rc.serve_host
+    if host in ("0.0.0.0", "::"):
+        import ray
+
+        host = ray.util.get_node_ip_address()
+    return server, f"http://{host}:{server.port}/v1", key
+
+
 def start_for_trainer(cfg: Any, dist: Dist, sync: WeightSync, env: Environment, rows: Sequence[dict[str, Any]],
                       sampling_args: dict[str, Any], store_kwargs: dict[str, Any]) -> RayRollouts:
     """``[ray]``: serve the trainer's embedded engine to Ray rollout workers; the store becomes an actor."""
     if dist.active:
         raise ConfigError(f"[ray] with {dist.world_size} training processes is not supported yet: "
                           "train in one process with Ray rollout workers, or drop [ray] under accelerate launch")
-    if not isinstance(sync, SharedEngineSync):
-        raise ConfigError("[ray] serves the trainer's embedded engine to the rollout workers: "
-                          "remove base_url / [vllm] from the config, or drop [ray]")
-    return start_ray_rollouts(cfg, env, rows, sync.engine, sampling_args, store_kwargs=store_kwargs)
+    if isinstance(sync, SharedEngineSync):
+        return start_ray_rollouts(cfg, env, rows, sync.engine, sampling_args, store_kwargs=store_kwargs)
+    if isinstance(sync, ExternalServerSync) and hasattr(sync, "targets"):
+        # vLLM servers (or a vf-serve): the workers call them directly; the trainer syncs them after
+        # each step as in one process, and the policy version it passes on is what the store enforces.
+        tokenizer_path = getattr(getattr(sync, "tokenizer", None), "name_or_path", None) or None
+        return start_ray_rollouts(cfg, env, rows, None, sampling_args, store_kwargs=store_kwargs,
+                                  targets=sync.targets(), tokenizer_path=tokenizer_path)
+    raise ConfigError(f"[ray] cannot hand {type(sync).__name__}'s server to rollout workers: use the embedded "
+                      "engine, base_url or [vllm]")

@@ -45,6 +45,12 @@ class StoreActor:
         """The store's other methods, whose arguments and results are small."""
         return getattr(self.store, method)(*args, **kwargs)
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (the trainer's: see `RayExperienceStore`)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
 
 class RayExperienceStore:
     """Same API as `ExperienceStore`; the table lives in a Ray actor (see module doc)."""
@@ -52,8 +58,16 @@ class RayExperienceStore:
     def __init__(self, *, max_concurrency: int = 16, name: str | None = None, **store_kwargs: Any) -> None:
         ray = require_ray()
         ExperienceStore(**store_kwargs)  # the same argument checks, raised here in the caller
+        # On the trainer's own node: a rollout node that dies (spot instance, OOM) must not take the
+        # experience with it. Soft affinity would let Ray move it; this one fails loudly instead.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         actor_cls = ray.remote(num_cpus=0, max_concurrency=max_concurrency)(StoreActor)
-        self.actor = actor_cls.options(name=name).remote(**store_kwargs) if name else actor_cls.remote(**store_kwargs)
+        options: dict[str, Any] = {"scheduling_strategy": here}
+        if name:
+            options["name"] = name
+        self.actor = actor_cls.options(**options).remote(**store_kwargs)
         self.consumers = tuple(store_kwargs.get("consumers", ("trainer",)))
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:

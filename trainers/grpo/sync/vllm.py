@@ -108,9 +108,12 @@ class VLLMSync(ExternalServerSync):
                 )
 
     # -- WeightSync ---------------------------------------------------------------------------
+    def targets(self) -> list[ChatTarget]:
+        """The servers as rollout clients reach them (also Ray workers, which build their own)."""
+        return [ChatTarget(a.base_url, self.model_name, a.api_key) for a in self.admins]
+
     def make_client(self) -> Any:
-        targets = [ChatTarget(a.base_url, self.model_name, a.api_key) for a in self.admins]
-        client = make_chat_client(targets, balance="affinity")
+        client = make_chat_client(self.targets(), balance="affinity")
         self._client = client if isinstance(client, AffinityClient) else None  # several servers: balanced
         return client
 

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from trainers.grpo.sync.base import ExternalServerSync, save_merged
 from verifiers.clients import make_client
+from verifiers.clients.balanced import ChatTarget
 from verifiers.errors import ConfigError, ServerError
 
 
@@ -99,6 +100,10 @@ class DiskReloadSync(ExternalServerSync):
 
     def make_client(self) -> Any:
         return make_client(self.base_url)
+
+    def targets(self) -> list[ChatTarget]:
+        """The server as rollout clients reach it (also Ray workers, which build their own)."""
+        return [ChatTarget(self.base_url, self.model_name)]
 
     def updating(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
