@@ -88,24 +88,30 @@ class OneWriterSync:
     # -----------------------------------------------------------------------------------------
     def _together(self, version: int, what: str, push: Callable[[], dict[str, float]]) -> dict[str, float]:
         """Check the ranks agree, let rank 0 push, then every rank continues with rank 0's outcome."""
-        self._check_replicas(version)
+        replica_diff = self._check_replicas(version)
         pushed = self.dist.on_main(what, lambda: (dict(push()), self._live_urls()))
         metrics, live = pushed
         self._retire_missing(live)
         metrics.update(self._request_counts())
         metrics["sync/ranks"] = float(self.dist.world_size)
+        if replica_diff is not None:
+            metrics["sync/replica_max_diff"] = replica_diff
         return metrics
 
-    def _check_replicas(self, version: int) -> None:
-        """Every rank at ``version`` with the writer's weights; else every rank stops with the same error."""
+    def _check_replicas(self, version: int) -> float | None:
+        """Every rank at ``version`` with the writer's weights; else every rank stops with the same error.
+
+        Returns how far the replicas' fingerprints are apart (0.0; None for a sharded model).
+        """
         parts = self.dist.gather((version, weights_fingerprint(self.model)))
         versions = [v for v, _ in parts]
         if len(set(versions)) > 1:
             raise WeightSyncError(f"the training processes disagree on the policy version before the weight sync: "
                                   f"{versions} (rank order); every rank must train the same steps")
         prints = [f for _, f in parts]
-        if prints[0] is None:
-            return
+        if any(f is None or len(f) != len(prints[0] or []) for f in prints):
+            return None
+        diff = max(abs(a - b) for f in prints for a, b in zip(f, prints[0], strict=True))
         differ = [r for r, f in enumerate(prints) if f != prints[0]]
         if differ:
             raise WeightSyncError(
@@ -114,6 +120,7 @@ class OneWriterSync:
                 "than the one trained. DDP keeps replicas equal; check that every rank steps the same optimizer "
                 "on all-reduced gradients (no rank-local parameter changes)"
             )
+        return diff
 
     def _live_urls(self) -> list[str]:
         return [a.base_url for a in getattr(self.inner, "admins", [])]
