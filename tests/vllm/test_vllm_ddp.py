@@ -246,3 +246,22 @@ def test_two_external_servers_and_resume_with_another_number_of_processes(
         assert sync_probe.compare(s.base_url, served, sync_probe.trainer_logprobs(trained, ids)).max_abs_diff <= 1e-3
         assert VLLMAdmin(s.base_url).weight_version() == "4"
     assert_gone(training_pids(lines))
+
+
+def test_a_failed_check_on_rank_zero_stops_every_rank(
+    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, tiny_vllm_spec: Any, two_servers: tuple[Path, list[VLLMServer]]
+) -> None:
+    """The trainer holds other weights than the servers: rank 0's probe check fails before any sample,
+    and rank 1, waiting for the outcome, stops with the same error instead of waiting forever."""
+    _, servers = two_servers
+    other = save_tiny_model(tmp_path / "other", tiny_vllm_spec.model_copy(update={"seed": 1}))
+    out, log = tmp_path / "run", tmp_path / "scored.jsonl"
+    config = tmp_path / "run.toml"
+    config.write_text(settings(out, log, quickstart(quickstart_vllm)["tiny_model"], None))
+    code, output = two_processes(config, ["--model", str(other), "--base_url", ",".join(s.base_url for s in servers),
+                                          "--max_steps", "2"], child_env(env_dir), tmp_path / "launch.log", )
+    assert code != 0
+    assert output.count("does not serve the trained weights") >= 2, output[-5000:]  # rank 0's error, and rank 1's
+    assert "failed on rank 0" in output and "policy version 0" in output
+    assert not (out / "metrics.jsonl").exists() or metrics(out) == []
+    assert not log.exists()  # not one rollout generated on the wrong policy
