@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainers.grpo.sync.ranked import Ranks
 
 
 class ManagedServers:
@@ -21,7 +23,7 @@ class ManagedServers:
         self.servers: list[Any] = []
 
     def start(self, cfg: Any, model_path: str, out: Path, log: Callable[[str], None],
-              dist: Dist | None = None) -> list[str] | None:
+              dist: Ranks | None = None) -> list[str] | None:
         """Start ``cfg.vllm``'s servers on ``model_path``; their URLs (None without ``[vllm]``).
 
         ``dist``: several processes; rank 0 starts the servers, the others wait for the URLs (or

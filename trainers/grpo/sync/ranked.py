@@ -22,12 +22,27 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import WeightSyncError
+
+T = TypeVar("T")
+
+
+class Ranks(Protocol):
+    """What a sync needs of the training processes (`trainers.grpo.dist.ranks.Dist` is one; sync/
+    imports no sibling folder, so it names the collectives instead of the class)."""
+
+    world_size: int
+
+    @property
+    def is_main(self) -> bool: ...
+    @property
+    def active(self) -> bool: ...
+    def gather(self, obj: Any) -> list[Any]: ...
+    def on_main(self, what: str, fn: Callable[[], T]) -> T: ...
 
 
 def weights_fingerprint(model: Any) -> list[float] | None:
@@ -49,7 +64,7 @@ def weights_fingerprint(model: Any) -> list[float] | None:
 class OneWriterSync:
     """`WeightSync` for N processes: ``inner`` (a `VLLMSync`) pushes on rank 0 only (see module doc)."""
 
-    def __init__(self, inner: Any, dist: Dist, model: Any) -> None:
+    def __init__(self, inner: Any, dist: Ranks, model: Any) -> None:
         self.inner = inner
         self.dist = dist
         self.model = model
