@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ ENV_SOURCE = '''\
 with the training process (RANK, pid) that scored it, so a test sees who generated what."""
 import json
 import os
+import re
 
 import verifiers as vf
 
@@ -259,9 +261,12 @@ def test_a_failed_check_on_rank_zero_stops_every_rank(
     config = tmp_path / "run.toml"
     config.write_text(settings(out, log, quickstart(quickstart_vllm)["tiny_model"], None))
     code, output = two_processes(config, ["--model", str(other), "--base_url", ",".join(s.base_url for s in servers),
-                                          "--max_steps", "2"], child_env(env_dir), tmp_path / "launch.log", )
+                                          "--max_steps", "2"], child_env(env_dir), tmp_path / "launch.log")
     assert code != 0
     assert output.count("does not serve the trained weights") >= 2, output[-5000:]  # rank 0's error, and rank 1's
     assert "failed on rank 0" in output and "policy version 0" in output
     assert not (out / "metrics.jsonl").exists() or metrics(out) == []
     assert not log.exists()  # not one rollout generated on the wrong policy
+    ranks = {int(p) for p in re.findall(r"\(pid: (\d+)\)", output)}  # torchrun's failure report names both
+    assert len(ranks) == 2, output[-3000:]
+    assert_gone(ranks)
