@@ -51,14 +51,14 @@ def weights_fingerprint(model: Any) -> list[float] | None:
     None for a sharded model (DTensor parameters): each rank holds a different shard, so
     comparing shards would say nothing about the replicas.
     """
-    sums: list[float] = []
+    sums: list[torch.Tensor] = []
     with torch.no_grad():
         for p in model.parameters():
             if type(p).__name__ == "DTensor" or type(p.data).__name__ == "DTensor":
                 return None
             t = p.detach().to(torch.float64)
-            sums += [float(t.sum()), float((t * t).sum())]
-    return sums
+            sums += [t.sum(), (t * t).sum()]
+    return [float(x) for x in torch.stack(sums).cpu()] if sums else []  # one copy off the device
 
 
 class OneWriterSync:
@@ -131,8 +131,8 @@ class OneWriterSync:
         if differ:
             raise WeightSyncError(
                 f"after policy version {version} the weights of rank(s) {differ} differ from rank 0's, which are "
-                "the ones pushed to the servers and verified: their samples would be scored by another policy "
-                "than the one trained. DDP keeps replicas equal; check that every rank steps the same optimizer "
+                "the ones pushed to the servers and verified: those ranks would compute their loss with another "
+                "policy than the one the servers sample from. DDP keeps replicas equal; check that every rank steps the same optimizer "
                 "on all-reduced gradients (no rank-local parameter changes)"
             )
         return diff
