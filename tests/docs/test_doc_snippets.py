@@ -222,6 +222,10 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (SCALE, "several-training-processes#1"): Skip(
         "GPU", "lines 3-6 need GPUs; lines 1-2 are the quickstart in 2 CPU processes, "
                "long (minutes): tests/trainers/test_multiprocess.py runs that launch"),
+    (SCALE, "several-training-processes-against-vllm#1"): Skip(
+        "vLLM", "2 training processes against vLLM servers; tests/vllm/test_vllm_ddp.py runs both CPU forms"),
+    (SCALE, "several-training-processes-against-vllm#2"): Skip(
+        "long", "the 200-step learning run with 2 processes and vLLM whose figures the docs quote (~2.5 minutes)"),
     (SCALE, "rollouts-on-ray#1"): Skip("installs", "pip install; then the quickstart on Ray, "
                                                    "long (minutes): measured by benchmarks/scale.py --learn; "
                                                    "tests/trainers/test_ray.py runs the workers"),

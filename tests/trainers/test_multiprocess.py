@@ -187,7 +187,7 @@ def test_ranks_generate_disjoint_groups_whose_union_is_the_one_process_batch(den
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"base_url": "http://127.0.0.1:9/v1"}, "external inference server"),
+    ({"base_url": "http://127.0.0.1:9/v1", "lora": True, "weight_sync": "lora"}, "weight_sync = 'lora'"),
     ({"prompts_per_step": 3}, "must be divisible by the number of processes"),
 ])
 def test_two_processes_refuse_what_they_cannot_split(

@@ -1,6 +1,7 @@
 """``vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT]]``.
 
-Several processes (data parallel, embedded engine per process): ``accelerate launch
+Several processes (data parallel; an embedded engine per process, or vLLM servers that rank 0
+starts with ``[vllm]`` and alone pushes weights to): ``accelerate launch
 --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``, ``accelerate launch --cpu
 --num_processes N ...`` or ``vf-train CONFIG.toml --num_processes N`` (both relaunch through
 accelerate, `trainers.grpo.dist.launch`); ``prompts_per_step`` is the global number of prompts and

@@ -275,14 +275,13 @@ def validate_run(cfg: TrainConfig, preset: AlgorithmPreset) -> None:
 def validate_processes(cfg: TrainConfig, world_size: int) -> None:
     """Refuse what several training processes (``accelerate launch``) cannot do.
 
-    A run against an external server is refused: its weight sync (save + reload, NCCL
-    broadcast) is one writer's job and is not coordinated across ranks.
+    Against vLLM (``base_url`` / ``[vllm]``) rank 0 is the one writer of the weights
+    (`trainers.grpo.sync.ranked`); a LoRA adapter sync is not coordinated across ranks yet.
     """
-    if cfg.vllm is not None or cfg.base_urls:
+    if (cfg.vllm is not None or cfg.base_urls) and cfg.weight_sync == "lora":
         raise ConfigError(
-            f"{world_size} training processes with an external inference server (base_url / [vllm]) "
-            "are not supported: use the embedded engine (no base_url) under accelerate launch, or train in one "
-            "process against the server"
+            f"{world_size} training processes with weight_sync = 'lora' against an inference server are not "
+            "supported yet: use weight_sync = 'reload' (the merged weights), or train in one process"
         )
     if cfg.prompts_per_step % world_size:
         raise ConfigError(

@@ -100,11 +100,11 @@ class GRPOTrainer:
         torch.manual_seed(cfg.seed)
         model_path = resolve_model_path(cfg, self.out, self.dist, self.show.print)
         self.policy: Policy = build_policy(cfg, self.preset, model_path, self.dist)
-        urls = self.servers.start(cfg, model_path, self.out, self.console.print)
+        urls = self.servers.start(cfg, model_path, self.out, self.console.print, self.dist)  # rank 0 starts them
         # Each rank's embedded engine samples with its own seed (seed + rank) where a request has none.
         sync_cfg = cfg if self.dist.is_main else cfg.model_copy(update={"seed": cfg.seed + self.dist.rank})
         self.sync = make_weight_sync(sync_cfg, self.policy.unwrapped(), self.tokenizer, self.out, urls,
-                                     log=self.console.print)
+                                     log=self.console.print, dist=self.dist)
         self.env = load_environment(cfg.env_id, **cfg.env_args)
         self.env.use_tokenizer(self.tokenizer)  # e.g. an agent program's calls then continue token-exactly
         rows = training_rows(self.env, self.tokenizer, cfg, self.console.print)

@@ -11,21 +11,22 @@ With one process (no launcher, or ``--num_processes 1``) nothing here touches
 
 Launch: ``accelerate launch --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``
 (on a machine without GPUs this runs N gloo processes on the CPU; ``--cpu`` would start one).
-Only the embedded engine is supported with several processes: against an external server
-(``base_url`` / ``[vllm]``) the weight sync is one writer's job, so that is a `ConfigError`.
+Against external vLLM servers (``base_url`` / ``[vllm]``) the weight sync is one writer's job:
+rank 0 starts the managed servers and pushes the weights while the others wait
+(`on_main`, `trainers.grpo.sync.ranked`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-
+T = TypeVar("T")
 
 def launched_world_size() -> int:
     """The number of processes the launcher started (``WORLD_SIZE``), before any process group exists."""
@@ -106,6 +107,39 @@ class Dist:
         torch.distributed.all_gather_object(out, obj)
         return out
 
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` (picklable) on every rank; the others wait here until rank 0 sends it."""
+        if not self.active:
+            return obj
+        box = [obj if self.is_main else None]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def on_main(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()`` run by rank 0 alone, its result on every rank (the others wait for it).
+
+        A failure on rank 0 reaches every rank as an exception: rank 0 re-raises its own, the
+        others raise one of the same `verifiers.errors` class naming ``what`` failed on rank 0,
+        so no rank is left waiting in a collective the writer never reaches.
+        """
+        if not self.active:
+            return fn()
+        outcome: tuple[str, Any, str] | None = None
+        failure: BaseException | None = None
+        if self.is_main:
+            try:
+                outcome = ("ok", fn(), "")
+            except Exception as exc:
+                failure, outcome = exc, ("error", type(exc).__name__, str(exc))
+        outcome = self.broadcast(outcome)
+        if failure is not None:
+            raise failure
+        assert outcome is not None
+        status, value, message = outcome
+        if status == "ok":
+            return value
+        raise rank_zero_error(value, f"{what} failed on rank 0: {message}")
+
     def sum_values(self, values: dict[str, float]) -> dict[str, float]:
         """Per-key sums over ranks (a key missing on a rank counts 0 there)."""
         if not self.active:
@@ -148,3 +182,17 @@ class Dist:
         """Leave the process group at the end of the run (a clean exit, no warnings at shutdown)."""
         if self.active and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def rank_zero_error(class_name: str, message: str) -> Exception:
+    """The exception another rank raises for rank 0's ``class_name``: the same `verifiers.errors`
+    class where there is one (the trainer's handlers then act alike on every rank), else `ServerError`."""
+    from verifiers import errors
+
+    cls = getattr(errors, class_name, None)
+    if isinstance(cls, type) and issubclass(cls, errors.VFError):
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    return errors.ServerError(message)

@@ -167,8 +167,13 @@ def check_served_model(urls: list[str], model_name: str) -> None:
 
 
 def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None,
-                     log: Callable[[str], None] = print) -> WeightSync:
-    """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones)."""
+                     log: Callable[[str], None] = print, dist: Any = None) -> WeightSync:
+    """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones).
+
+    ``dist`` (a `Dist`) with several processes: against vLLM, rank 0 alone pushes and verifies
+    while the others wait (`trainers.grpo.sync.ranked.OneWriterSync`).
+    """
+    several = dist is not None and dist.active
     urls = urls if urls is not None else cfg.base_urls
     if not urls:
         return SharedEngineSync(model, tokenizer, model_name=cfg.server_model_name,
@@ -191,6 +196,9 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
         kind = kinds.pop()
     check_served_model(urls, cfg.server_model_name)
     if kind == "vf-serve":
+        if several:
+            raise ConfigError(f"{dist.world_size} training processes against a vf-serve server are not supported: "
+                              "serve the policy with vLLM (vf-vllm, or [vllm]), or train in one process")
         if len(urls) > 1:
             raise ConfigError("several base_urls need vLLM servers (vf-serve replicas are not supported for training)")
         if cfg.weight_sync not in ("auto", "reload"):
@@ -205,7 +213,12 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
         on_gpu = next(model.parameters()).device.type == "cuda"
         remote = any(urllib.parse.urlparse(u).hostname not in ("127.0.0.1", "localhost", "::1") for u in urls)
         transport = "nccl" if on_gpu and remote else "reload"
-    return VLLMSync(urls, model, tokenizer, out, model_name=cfg.server_model_name, transport=transport,
+    sync = VLLMSync(urls, model, tokenizer, out, model_name=cfg.server_model_name, transport=transport,
                     sync_dir=cfg.sync_dir, verify=cfg.sync_verify, tolerance=probe_tolerance(cfg, model),
                     pause=cfg.num_batches_ahead > 0, nccl_port=cfg.nccl_port,
                     nccl_address=cfg.nccl_address, log=log)
+    if not several:
+        return sync
+    from trainers.grpo.sync.ranked import OneWriterSync
+
+    return OneWriterSync(sync, dist, model)
