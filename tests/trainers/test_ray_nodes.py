@@ -34,9 +34,8 @@ def descendants() -> set[int]:
 @pytest.fixture(scope="module")
 def cluster(dense_env_dir: Path) -> Iterator[Any]:
     """Head (1 CPU, no rollout resource) + two rollout nodes (1 CPU, ``rollout: 2`` each), joined."""
-    from ray.cluster_utils import Cluster
-
     from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
 
     saved = {k: os.environ.get(k) for k in local_env()}
     os.environ.update(local_env())
