@@ -231,6 +231,7 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
                                                    "tests/trainers/test_ray.py runs the workers"),
     (SCALE, "rollouts-on-ray#2"): Skip("not a command", "the Ray diagram"),
     (SCALE, "rollouts-on-ray#3"): Skip("network", "joins a running Ray cluster (--ray.address auto)"),
+    (SCALE, "rollouts-on-ray#4"): Skip("network", "a Ray cluster and a vLLM server on other machines"),
     (SCALE, "installing-vllm#1"): Skip("installs", "vLLM's CPU build (CI runs it)"),
     (SCALE, "starting-vllm-vf-vllm#1"): Skip("vLLM", "the usage line, placeholders in brackets"),
     (SCALE, "starting-vllm-vf-vllm#2"): Run(subs=(("-b http://127.0.0.1:8000/v1", "-b {BASE}"),),
