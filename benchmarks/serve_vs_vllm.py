@@ -12,6 +12,15 @@ one (hidden 512, 8 layers). Target (issue 9): vf-serve / vLLM tokens/s >= 1.0 on
 The last line printed is one JSON object.
 
     python benchmarks/serve_vs_vllm.py [--sizes tiny,25m] [--max-tokens 96] [--rounds 3]
+
+``--streaming`` (issue 28): vLLM's own load generator, ``vllm bench serve`` (streaming chat, random
+32 -> 64 tokens with ``ignore_eos``, 128 prompts, concurrency 64), against each server in turn, best of
+``--rounds``; per size ``ours_tok_s``, ``vllm_tok_s``, ``ratio``, ``ours_tpot_ms``, ``vllm_tpot_ms``,
+``ours_ttft_ms``, ``vllm_ttft_ms``, and the load average at start and end. Where vLLM's bench client
+cannot run, ``benchmarks/_stream_load.own_load`` reproduces its workload and metrics (``--client own``
+forces it). Target: ratio >= 1.0 and our time per output token <= vLLM's at both sizes.
+
+    python benchmarks/serve_vs_vllm.py --streaming [--sizes tiny,25m] [--rounds 2] [--client vllm|own]
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from _stream_load import BenchUnavailable, own_load, vllm_bench  # benchmarks/, the script's own directory
 
 import verifiers as vf
 from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec, free_port
@@ -114,6 +125,66 @@ def bench_size(name: str, a: argparse.Namespace, tmp: Path) -> dict[str, object]
             "rounds": {k: [round(x, 1) for x in v] for k, v in runs.items()}}
 
 
+def stream_round(base_url: str, model_dir: Path, a: argparse.Namespace) -> dict[str, float]:
+    """One ``vllm bench serve`` run (or the stand-in) against ``base_url`` (``http://host:port``)."""
+    kw = {"input_len": a.input_len, "output_len": a.output_len, "prompts": a.num_prompts,
+          "concurrency": a.concurrency}
+    if a.client == "vllm":
+        try:
+            return {**vllm_bench(base_url, "policy", str(model_dir), **kw), "client": "vllm bench serve"}
+        except BenchUnavailable as exc:
+            print(f"vllm bench serve cannot run here, using our own load generator: {exc}", flush=True)
+            a.client = "own"
+    return {**own_load(base_url, "policy", str(model_dir), **kw), "client": "own"}
+
+
+def stream_size(name: str, a: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    model_dir = tmp / name
+    params = build_model(model_dir, SIZES[name])
+    extra = ["--max-model-len", "1024"] + (["--enforce-eager"] if a.eager else [])
+    vllm = VLLMServer(VLLMServerSpec(model_dir=str(model_dir), kv_cache_gib=2, extra_args=extra),
+                      log_path=tmp / f"vllm-{name}.log").start(timeout_s=900)
+    ours = VFServe(model_dir)
+    runs: dict[str, list[dict[str, float]]] = {"ours": [], "vllm": []}
+    try:
+        for _ in range(a.rounds):  # alternate, so drifts in machine load hit both
+            runs["ours"].append(stream_round(ours.base_url.removesuffix("/v1"), model_dir, a))
+            runs["vllm"].append(stream_round(vllm.base_url.removesuffix("/v1"), model_dir, a))
+    finally:
+        ours.stop()
+        vllm.stop()
+    best = {k: max(v, key=lambda r: r["tok_s"]) for k, v in runs.items()}
+    o, v = best["ours"], best["vllm"]
+    print(f"{name} ({params / 1e6:.2f}M params) streaming: vf-serve {o['tok_s']:.0f} tok/s (TPOT {o['tpot_ms']:.2f} "
+          f"ms, TTFT {o['ttft_ms']:.0f} ms), vLLM {v['tok_s']:.0f} tok/s (TPOT {v['tpot_ms']:.2f} ms, TTFT "
+          f"{v['ttft_ms']:.0f} ms), ratio {o['tok_s'] / v['tok_s']:.2f}", flush=True)
+    return {"params": params, "ours_tok_s": round(o["tok_s"], 1), "vllm_tok_s": round(v["tok_s"], 1),
+            "ratio": round(o["tok_s"] / v["tok_s"], 3), "ours_tpot_ms": round(o["tpot_ms"], 2),
+            "vllm_tpot_ms": round(v["tpot_ms"], 2), "ours_ttft_ms": round(o["ttft_ms"], 1),
+            "vllm_ttft_ms": round(v["ttft_ms"], 1), "client": o["client"],
+            "rounds": {k: [{m: round(x, 2) for m, x in r.items() if m != "client"} for r in rs]
+                       for k, rs in runs.items()}}
+
+
+def main_streaming(a: argparse.Namespace) -> None:
+    load_start = os.getloadavg()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.sizes.split(","):
+            results[name] = stream_size(name, a, Path(tmp))
+    out = {
+        "mode": "streaming",
+        "sizes": results,
+        "workload": {"input_len": a.input_len, "output_len": a.output_len, "num_prompts": a.num_prompts,
+                     "max_concurrency": a.concurrency},
+        "vllm_eager": a.eager,
+        "load_avg_start": [round(x, 2) for x in load_start],
+        "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+        "targets_met": all(r["ratio"] >= 1.0 and r["ours_tpot_ms"] <= r["vllm_tpot_ms"] for r in results.values()),
+    }
+    print(json.dumps(out))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="tiny,25m")
@@ -121,7 +192,17 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--eager", action="store_true", help="start vLLM with --enforce-eager (no compilation)")
+    ap.add_argument("--streaming", action="store_true", help="vllm bench serve's streaming workload (issue 28)")
+    ap.add_argument("--client", choices=("vllm", "own"), default="vllm",
+                    help="--streaming load generator: vLLM's bench client, or ours reproducing it")
+    ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--num-prompts", type=int, default=128)
+    ap.add_argument("--concurrency", type=int, default=64)
     a = ap.parse_args()
+    if a.streaming:
+        main_streaming(a)
+        return
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.sizes.split(","):

@@ -263,7 +263,7 @@ class ScriptedEngine(InferenceEngine):
             for k, tid in enumerate(ids):
                 last = k == len(ids) - 1
                 text = "" if last else self.tokenizer.decode([tid])
-                yield StreamDelta(i, text, [tid], [], [], finish_reason="stop" if last else None)
+                yield [StreamDelta(i, text, [tid], [], [], finish_reason="stop" if last else None)]
         yield self._result(prompt_ids, n)
 
 

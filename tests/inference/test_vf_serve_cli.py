@@ -124,3 +124,22 @@ def test_device_cuda_with_a_cpu_only_torch_is_one_line(tiny_dir: Path, procs: An
     lines = [ln for ln in done.stderr.splitlines() if not ln.startswith("vf-serve: warning")]
     assert lines == [f"vf-serve: --device cuda, but torch {torch.__version__} is a CPU-only build: install a CUDA "
                      "build of torch (`pip install torch` from PyPI, see docs/install.md), or use --device cpu"]
+
+
+def test_torch_threads_leave_one_core_for_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU the model gets the usable cores minus one (the loop writes every streamed token)."""
+    from verifiers.cli.serve import cpu_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_threads(None, "cpu") == max(1, cores - 1)
+    assert cpu_threads(3, "cpu") == 3  # an explicit --threads wins
+    assert cpu_threads(None, "cuda") is None  # a GPU: torch's own setting
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert cpu_threads(None, "cpu") is None  # the user's explicit environment wins
+
+
+def test_threads_below_one_is_one_line_and_exit_2(tiny_dir: Path) -> None:
+    done = subprocess.run([*SERVE, str(tiny_dir), "--threads", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "vf-serve: --threads must be >= 1, got 0"

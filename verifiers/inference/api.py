@@ -34,6 +34,7 @@ from verifiers.inference.protocol import (
     TokenizeRequest,
     validation_error,
 )
+from verifiers.inference.sse import DONE, ChunkWriter, merge_deltas
 from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
 
 
@@ -70,6 +71,17 @@ class _TokenText:
             s = self.tok.decode([tid], skip_special_tokens=False)
             self.cache[tid] = s
         return s
+
+
+class _ChatStreamState:
+    """Per choice of one chat stream: the text so far, how much of it was sent, whether a tool call began."""
+
+    __slots__ = ("in_tool", "sent", "text")
+
+    def __init__(self, n: int) -> None:
+        self.text = [""] * n
+        self.sent = [0] * n
+        self.in_tool = [False] * n
 
 
 class EmbeddedAPI:
@@ -249,73 +261,92 @@ class EmbeddedAPI:
     async def _chat_stream(
         self, req: ChatRequest, model: str, prompt_ids: list[int], events: AsyncIterator[Any], use_tools: bool
     ) -> AsyncIterator[str]:
-        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        """The SSE body: one write per batch of deltas the engine had ready (one chunk per choice in it).
 
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-            body = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
-            body.update(extra)
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
-
+        The role chunk goes out with the first tokens, as vLLM sends it, so a client's time to
+        first token is the time to the first generated token.
+        """
+        w = ChunkWriter(f"chatcmpl-{uuid.uuid4().hex}", "chat.completion.chunk", int(time.time()), model)
         first: dict[str, Any] = {}
         if req.return_token_ids:
             first["prompt_token_ids"] = prompt_ids
-        yield chunk(
+        head = w.event(
             [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
              for i in range(req.n)],
             **first,
         )
-        text = [""] * req.n
-        sent = [0] * req.n
-        in_tool = [False] * req.n
+        state = _ChatStreamState(req.n)
         final: RequestOutput | None = None
         try:
             async for ev in events:
                 if isinstance(ev, RequestOutput):
                     final = ev
                     continue
-                d: StreamDelta = ev
-                i = d.index
-                text[i] += d.text
-                visible = text[i]
-                if use_tools and not in_tool[i]:
-                    pos = visible.find(OPEN)
-                    if pos >= 0:
-                        in_tool[i] = True
-                        visible = visible[:pos]
-                    elif d.finish_reason is None:
-                        visible = visible[: len(visible) - tag_prefix_len(visible)]
-                elif use_tools:
-                    visible = visible[: sent[i]]
-                piece = visible[sent[i] :]
-                sent[i] = len(visible)
-                c: dict[str, Any] = {"index": i, "delta": {}, "logprobs": None, "finish_reason": None}
-                if piece:
-                    c["delta"]["content"] = piece
-                if req.logprobs and d.token_ids:
-                    c["logprobs"] = self._chat_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None)
-                if req.return_token_ids:
-                    c["token_ids"] = d.token_ids
-                if d.finish_reason is not None:
-                    finish = d.finish_reason
-                    if use_tools and finish == "stop":
-                        content, calls = parse_tool_calls(text[i])
-                        if calls:
-                            finish = "tool_calls"
-                            c["delta"]["tool_calls"] = [{"index": k, **tc} for k, tc in enumerate(calls)]
-                            lead = (content or "")[sent[i] :]
-                            if lead:
-                                c["delta"]["content"] = c["delta"].get("content", "") + lead
-                    if finish != "tool_calls" and sent[i] < len(text[i]):
-                        c["delta"]["content"] = c["delta"].get("content", "") + text[i][sent[i] :]
-                    c["finish_reason"] = finish
-                    c["stop_reason"] = d.stop_reason
-                if c["delta"] or c["finish_reason"] or c.get("token_ids") or c["logprobs"]:
-                    yield chunk([c])
+                out = [head] if head else []
+                head = ""
+                for d in merge_deltas(ev):
+                    chunk = self._chat_delta_event(w, req, d, use_tools, state)
+                    if chunk:
+                        out.append(chunk)
+                if out:
+                    yield "".join(out)
+            if head:
+                yield head
             if req.include_usage_in_stream and final is not None:
-                yield chunk([], usage=self._usage(len(prompt_ids), [final]), weight_version=final.weight_version)
+                yield w.event([], usage=self._usage(len(prompt_ids), [final]), weight_version=final.weight_version)
         except Exception as exc:
-            yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
-        yield "data: [DONE]\n\n"
+            yield f"{head}data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
+        yield DONE
+
+    def _chat_delta_event(
+        self, w: ChunkWriter, req: ChatRequest, d: StreamDelta, use_tools: bool, st: _ChatStreamState
+    ) -> str:
+        """The chunk for one (merged) delta of choice ``d.index``; "" when it carries nothing to send.
+
+        With tools, text from a ``<tool_call>`` tag on is held back and the calls are sent, parsed,
+        with the finish reason (a prefix that may still become the tag waits for the next delta).
+        """
+        i = d.index
+        st.text[i] += d.text
+        visible = st.text[i]
+        if use_tools and not st.in_tool[i]:
+            pos = visible.find(OPEN)
+            if pos >= 0:
+                st.in_tool[i] = True
+                visible = visible[:pos]
+            elif d.finish_reason is None:
+                visible = visible[: len(visible) - tag_prefix_len(visible)]
+        elif use_tools:
+            visible = visible[: st.sent[i]]
+        piece = visible[st.sent[i] :]
+        st.sent[i] = len(visible)
+        if d.finish_reason is None and not req.logprobs and not req.return_token_ids:
+            return w.chat_content(i, piece) if piece else ""  # the common chunk, without building a dict
+        c: dict[str, Any] = {"index": i, "delta": {}, "logprobs": None, "finish_reason": None}
+        if piece:
+            c["delta"]["content"] = piece
+        if req.logprobs and d.token_ids:
+            c["logprobs"] = self._chat_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None)
+        if req.return_token_ids:
+            c["token_ids"] = d.token_ids
+        if d.finish_reason is not None:
+            finish = d.finish_reason
+            text = st.text[i]
+            if use_tools and finish == "stop":
+                content, calls = parse_tool_calls(text)
+                if calls:
+                    finish = "tool_calls"
+                    c["delta"]["tool_calls"] = [{"index": k, **tc} for k, tc in enumerate(calls)]
+                    lead = (content or "")[st.sent[i] :]
+                    if lead:
+                        c["delta"]["content"] = c["delta"].get("content", "") + lead
+            if finish != "tool_calls" and st.sent[i] < len(text):
+                c["delta"]["content"] = c["delta"].get("content", "") + text[st.sent[i] :]
+            c["finish_reason"] = finish
+            c["stop_reason"] = d.stop_reason
+        if c["delta"] or c["finish_reason"] or c.get("token_ids") or c["logprobs"]:
+            return w.event([c])
+        return ""
 
     # -- completions -----------------------------------------------------------------------
     def _prompts(self, prompt: Any) -> list[list[int]]:
@@ -382,7 +413,8 @@ class EmbeddedAPI:
     async def _completion_stream(
         self, req: CompletionRequest, model: str, prompt_ids: list[int], events: AsyncIterator[Any]
     ) -> AsyncIterator[str]:
-        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        """The SSE body: one write per batch of deltas the engine had ready (one chunk per choice in it)."""
+        w = ChunkWriter(f"cmpl-{uuid.uuid4().hex}", "text_completion", int(time.time()), model)
         offsets = [0] * req.n
         final: RequestOutput | None = None
         try:
@@ -390,29 +422,34 @@ class EmbeddedAPI:
                 if isinstance(ev, RequestOutput):
                     final = ev
                     continue
-                d: StreamDelta = ev
-                c: dict[str, Any] = {
-                    "index": d.index,
-                    "text": d.text,
-                    "logprobs": self._completion_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None, offsets[d.index])
-                    if req.logprobs is not None
-                    else None,
-                    "finish_reason": d.finish_reason,
-                    "stop_reason": d.stop_reason,
-                }
-                offsets[d.index] += len(d.text)
-                if req.return_token_ids:
-                    c["token_ids"] = d.token_ids
-                    c["prompt_token_ids"] = prompt_ids
-                body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [c]}
-                yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+                out = []
+                for d in merge_deltas(ev):
+                    if d.finish_reason is None and req.logprobs is None and not req.return_token_ids:
+                        out.append(w.completion_text(d.index, d.text))  # the common chunk
+                        offsets[d.index] += len(d.text)
+                        continue
+                    c: dict[str, Any] = {
+                        "index": d.index,
+                        "text": d.text,
+                        "logprobs": self._completion_logprobs(d.token_ids, d.logprobs, d.top_logprobs or None,
+                                                              offsets[d.index])
+                        if req.logprobs is not None
+                        else None,
+                        "finish_reason": d.finish_reason,
+                        "stop_reason": d.stop_reason,
+                    }
+                    offsets[d.index] += len(d.text)
+                    if req.return_token_ids:
+                        c["token_ids"] = d.token_ids
+                        c["prompt_token_ids"] = prompt_ids
+                    out.append(w.event([c]))
+                if out:
+                    yield "".join(out)
             if req.include_usage_in_stream and final is not None:
-                body = {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [],
-                        "usage": self._usage(len(prompt_ids), [final])}
-                yield f"data: {json.dumps(body)}\n\n"
+                yield w.event([], usage=self._usage(len(prompt_ids), [final]))
         except Exception as exc:
             yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
-        yield "data: [DONE]\n\n"
+        yield DONE
 
     # -- utilities -------------------------------------------------------------------------
     def models(self) -> dict[str, Any]:

@@ -183,8 +183,8 @@ def create_app(
     app = FastAPI(title="verifiers embedded server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.api = api
     _add_error_handlers(app)
-    _add_guard(app, engine, api_key, max_request_bytes)
     _add_routes(app, api, engine)
+    app.add_middleware(_Guard, engine=engine, api_key=api_key, max_request_bytes=max_request_bytes)
     app.add_middleware(BodyLimit, max_bytes=max_request_bytes)  # outermost: before anything reads the body
     return app
 
@@ -214,25 +214,52 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
 
 
-def _add_guard(app: FastAPI, engine: InferenceEngine, api_key: str | None, max_request_bytes: int) -> None:
-    """Middleware: check the API key, start the engine, and turn any escaped error into JSON."""
-    expected = f"Bearer {api_key}".encode() if api_key else b""
+class _Guard:
+    """ASGI middleware: check the API key, start the engine, and turn any escaped error into JSON.
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Any:
-        given = (request.headers.get("authorization") or "").encode()
-        if api_key and request.url.path != "/health" and not hmac.compare_digest(given, expected):
-            return _error_response(OpenAIError(401, "invalid or missing API key"))
-        engine.start()
+    Plain ASGI rather than ``@app.middleware("http")``: Starlette's ``BaseHTTPMiddleware`` passes
+    every chunk of a streamed body through an extra in-memory channel and task switch, which at
+    one chunk per token per stream cost the streaming path more than rendering the chunks.
+    """
+
+    def __init__(self, app: Any, engine: InferenceEngine, api_key: str | None, max_request_bytes: int) -> None:
+        self.app = app
+        self.engine = engine
+        self.api_key = api_key
+        self.expected = f"Bearer {api_key}".encode() if api_key else b""
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.api_key and scope.get("path") != "/health":
+            given = next((v for k, v in scope.get("headers") or [] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.expected):
+                await _error_response(OpenAIError(401, "invalid or missing API key"))(scope, receive, send)
+                return
+        self.engine.start()
+        started = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
         try:
-            return await call_next(request)
-        except OpenAIError as exc:
-            return _error_response(exc)
-        except Exception as exc:  # an unhandled error must still be OpenAI-format JSON
-            if _is_too_large(exc):  # the body went over the limit while a handler read it
-                return JSONResponse(BodyLimit.error(max_request_bytes).body(), status_code=413,
-                                    headers={"connection": "close"})
-            return _error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:  # the response is under way: nothing can replace it (the server closes the connection)
+                raise
+            if isinstance(exc, OpenAIError):
+                response = _error_response(exc)
+            elif _is_too_large(exc):  # the body went over the limit while a handler read it
+                response = JSONResponse(BodyLimit.error(self.max_request_bytes).body(), status_code=413,
+                                        headers={"connection": "close"})
+            else:  # an unhandled error must still be OpenAI-format JSON
+                response = _error_response(OpenAIError(500, f"internal server error ({type(exc).__name__}: {exc})"))
+            await response(scope, receive, send)
 
 
 async def _body_of(request: Request) -> Any:

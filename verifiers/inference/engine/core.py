@@ -297,9 +297,11 @@ class InferenceEngine:
 
     def stream(
         self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1, *, forced: Sequence[int] = ()
-    ) -> AsyncIterator[StreamDelta | RequestOutput]:
-        """Yield `StreamDelta`s as tokens arrive, then the final `RequestOutput`.
+    ) -> AsyncIterator[list[StreamDelta] | RequestOutput]:
+        """Yield lists of the `StreamDelta`s ready together as tokens arrive, then the final `RequestOutput`.
 
+        A list holds every delta made since the reader last took one (one per row per engine step,
+        more when the reader fell behind), in order; a server writes each list out at once.
         Validation (context length, empty prompt) happens here, before the first item, so a
         server can still answer a bad request with an error status instead of a broken stream.
         Must be called from a running event loop.
@@ -308,21 +310,28 @@ class InferenceEngine:
         self._enqueue(req)
         return self._iterate(req)
 
-    async def _iterate(self, req: Request) -> AsyncIterator[StreamDelta | RequestOutput]:
-        queue = req.sink.queue
-        if queue is None:
+    async def _iterate(self, req: Request) -> AsyncIterator[list[StreamDelta] | RequestOutput]:
+        sink = req.sink
+        if not sink.streaming:
             raise RuntimeError("not a streaming request")
         try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-            yield await req.sink.future
+            ended = False
+            while not ended:
+                deltas: list[StreamDelta] = []
+                for item in await sink.take():
+                    if item is None:
+                        ended = True
+                        break
+                    if isinstance(item, BaseException):
+                        if deltas:
+                            yield deltas
+                        raise item
+                    deltas.append(item)
+                if deltas:
+                    yield deltas
+            yield await sink.future
         finally:
-            if not req.sink.future.done():
+            if not sink.future.done():
                 req.cancelled = True
 
     def generate_sync(

@@ -28,13 +28,13 @@ def advance(seq: Seq, tok: int, lp: float | None, top: list[tuple[int, float]] |
         seq.finish_reason = "stop"
     elif not forcing and tok in p.stop_token_ids and len(seq.out) >= p.min_tokens:
         seq.finish_reason, seq.stop_reason = "stop", tok
-    if p.stop or seq.req.sink.queue is not None:
+    if p.stop or seq.req.sink.streaming:
         seq.text = decode(seq.out)
         if p.stop and seq.finish_reason is None and len(seq.out) >= p.min_tokens:
             check_stop_strings(seq)
     if seq.finish_reason is None and len(seq.out) >= seq.req.max_tokens:
         seq.finish_reason = "length"
-    if seq.req.sink.queue is not None:
+    if seq.req.sink.streaming:
         push_delta(seq)
 
 
@@ -63,27 +63,28 @@ def push_delta(seq: Seq) -> None:
             hold = max(len(s) for s in seq.req.params.stop) - 1
             text = text[: max(seq.streamed_chars, len(text) - hold)]
     new_text = text[seq.streamed_chars :]
-    new_tokens = seq.out[seq.streamed_tokens :]
+    if not new_text and seq.finish_reason is None:
+        return  # tokens without text yet (a special token, half a character) ride along with the next delta
+    start = seq.streamed_tokens
     delta = StreamDelta(
         index=seq.index,
         text=new_text,
-        token_ids=new_tokens,
-        logprobs=seq.logprobs[seq.streamed_tokens :] if seq.req.params.logprobs else [],
-        top_logprobs=seq.top[seq.streamed_tokens :] if seq.req.params.top_logprobs else [],
+        token_ids=seq.out[start:],
+        logprobs=seq.logprobs[start:] if seq.req.params.logprobs else [],
+        top_logprobs=seq.top[start:] if seq.req.params.top_logprobs else [],
         finish_reason=seq.finish_reason,
         stop_reason=seq.stop_reason,
     )
     seq.streamed_chars = len(text)
     seq.streamed_tokens = len(seq.out)
-    if new_text or seq.finish_reason is not None:
-        seq.req.sink.push(delta)
+    seq.req.sink.push(delta)
 
 
 def output(req: Request, decode: Decode) -> RequestOutput:
     """The finished request as callers receive it, one `SequenceOutput` per row."""
     outs = []
     for s in req.seqs:
-        text = s.text if (s.req.params.stop or req.sink.queue is not None) else decode(s.out)
+        text = s.text if (s.req.params.stop or req.sink.streaming) else decode(s.out)
         outs.append(
             SequenceOutput(
                 index=s.index,

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
+import threading
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,12 +76,22 @@ class StreamDelta:
 
 
 class Sink:
-    """Delivers results to the caller's event loop or thread, whichever submitted."""
+    """Delivers results to the caller's event loop or thread, whichever submitted.
+
+    A streaming sink (``stream=True`` on an event loop) buffers what the engine thread pushes
+    (deltas, then ``None`` at the end or the exception) and wakes its reader at most once per
+    batch: `take` returns everything ready, so a reader that fell behind catches up in one go
+    instead of one event-loop callback per token. Inside `batched_wakeups` (one engine step) the
+    wake-ups of every stream are sent to their loop in one callback.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None, stream: bool) -> None:
         self.loop = loop
         self.future: Any = loop.create_future() if loop is not None else concurrent.futures.Future()
-        self.queue: asyncio.Queue[Any] | None = asyncio.Queue() if (stream and loop is not None) else None
+        self.streaming = stream and loop is not None
+        self.pending: deque[Any] = deque()  # appended by the engine thread, drained by `take`
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_queued = False
 
     def _call(self, fn: Any, *args: Any) -> None:
         if self.loop is None:
@@ -91,8 +105,8 @@ class Sink:
                 self.future.set_result(value)
 
         self._call(done)
-        if self.queue is not None:
-            self._call(self.queue.put_nowait, None)
+        if self.streaming:
+            self._put(None)
 
     def fail(self, exc: BaseException) -> None:
         def done() -> None:
@@ -100,12 +114,71 @@ class Sink:
                 self.future.set_exception(exc)
 
         self._call(done)
-        if self.queue is not None:
-            self._call(self.queue.put_nowait, exc)
+        if self.streaming:
+            self._put(exc)
 
     def push(self, delta: StreamDelta) -> None:
-        if self.queue is not None:
-            self._call(self.queue.put_nowait, delta)
+        if self.streaming:
+            self._put(delta)
+
+    def _put(self, item: Any) -> None:
+        """Engine thread: buffer ``item``; ask the reader's loop to wake it unless a wake-up is on its way."""
+        self.pending.append(item)
+        if self._wake_queued:
+            return
+        self._wake_queued = True
+        batch: dict[Any, list[Sink]] | None = getattr(_step_wakeups, "sinks", None)
+        if batch is not None:
+            batch.setdefault(self.loop, []).append(self)
+        else:
+            self._call(self._wake)
+
+    def _wake(self) -> None:
+        """Reader's loop: let `take` return (the flag is cleared first, so a later push queues a new wake-up)."""
+        self._wake_queued = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[Any]:
+        """Everything pushed since the last call (waiting for at least one item)."""
+        assert self.loop is not None
+        while not self.pending:
+            self._waiter = self.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items = []
+        while self.pending:  # popleft, not a copy and clear: the engine thread may append meanwhile
+            items.append(self.pending.popleft())
+        return items
+
+
+_step_wakeups = threading.local()
+
+
+def _wake_all(sinks: list[Sink]) -> None:
+    for sink in sinks:
+        sink._wake()
+
+
+@contextlib.contextmanager
+def batched_wakeups() -> Iterator[None]:
+    """Engine thread: streams pushed to inside this block are woken together, one callback per event loop.
+
+    One engine step pushes a token to every running stream; one ``call_soon_threadsafe`` per loop
+    per step instead of one per stream keeps the server's event loop free for writing them out.
+    """
+    sinks: dict[Any, list[Sink]] = {}
+    _step_wakeups.sinks = sinks
+    try:
+        yield
+    finally:
+        _step_wakeups.sinks = None
+        for loop, group in sinks.items():
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_wake_all, group)
 
 
 @dataclass(slots=True, eq=False)

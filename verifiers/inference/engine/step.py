@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verifiers.inference.engine.outputs import advance, output
-from verifiers.inference.engine.requests import PrefillPlan, Request, Seq, step_error
+from verifiers.inference.engine.requests import PrefillPlan, Request, Seq, batched_wakeups, step_error
 from verifiers.inference.kv import RowTable, SlotKV
 from verifiers.inference.kv_budget import Budget
 from verifiers.inference.sampling import RowSampling
@@ -92,7 +92,8 @@ class DecodeBatch:
         self.stats["max_batch"] = max(self.stats["max_batch"], len(seqs))
         self.stats["tokens"] += len(seqs)
         self.note_memory()
-        self._advance_rows(seqs, host)
+        with batched_wakeups():  # every stream that got a token is woken in one callback per event loop
+            self._advance_rows(seqs, host)
 
     def _forward(self, plan: PrefillPlan | None) -> Any:
         """Logits of every row: the running rows' decode forward, then the new rows' prefill."""
