@@ -5,6 +5,9 @@ Each mode is the real command a user runs, in a subprocess with its own output d
 * ``inprocess``: ``vf-train examples/configs/quickstart.toml``
 * ``ray``: ``vf-train examples/configs/quickstart_ray.toml`` (a local 127.0.0.1 cluster, 2 workers)
 * ``two_processes``: ``vf-train examples/configs/quickstart.toml --num_processes 2`` (gloo on a CPU)
+* ``vllm``, ``two_processes_vllm``, ``ray_vllm`` (not run by default; vLLM's CPU build): the same
+  three topologies on ``quickstart_vllm.toml`` (one managed vLLM server; the two-process run's
+  server started by rank 0; the Ray workers calling it directly), their ratios against ``vllm``
 
 s/step is the median of ``time/step_s`` over the steps after the first ``--warmup``; start-up
 (imports, Ray, worker processes, the process group) is reported apart as ``startup_s``. Ratios
@@ -13,6 +16,7 @@ each mode and adds the mean reward of the first and last 10% of steps (target: <
 The last line printed is one JSON object.
 
     python benchmarks/scale.py [--steps 30] [--warmup 5] [--learn] [--modes inprocess,ray,two_processes]
+    python benchmarks/scale.py --modes vllm,two_processes_vllm,ray_vllm [--learn]
 """
 
 from __future__ import annotations
@@ -29,11 +33,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+VLLM = "examples/configs/quickstart_vllm.toml"
 MODES: dict[str, list[str]] = {
     "inprocess": ["examples/configs/quickstart.toml"],
     "ray": ["examples/configs/quickstart_ray.toml"],
     "two_processes": ["examples/configs/quickstart.toml", "--num_processes", "2"],
+    # against vLLM (its CPU build; `--modes vllm,two_processes_vllm,ray_vllm`): one managed server each
+    "vllm": [VLLM],
+    "two_processes_vllm": [VLLM, "--num_processes", "2"],
+    "ray_vllm": [VLLM, "--ray.num_workers", "2", "--ray.worker_num_cpus", "0.5"],
 }
+DEFAULT_MODES = ("inprocess", "ray", "two_processes")
+BASELINE = {"vllm": "vllm", "two_processes_vllm": "vllm", "ray_vllm": "vllm"}
+"""The mode each ratio is taken against (the same inference backend in one process); others: ``inprocess``."""
 
 
 def run_mode(name: str, steps: int | None, warmup: int, out: Path) -> dict[str, Any]:
@@ -69,7 +81,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--learn", action="store_true", help="the configs' full 200 steps; report the reward rise")
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                    help=f"comma-separated, from {', '.join(MODES)} (default: {', '.join(DEFAULT_MODES)})")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -80,10 +93,11 @@ def main() -> None:
         for m in modes:
             results[m] = run_mode(m, None if args.learn else args.steps, args.warmup, Path(tmp) / m)
             print(f"{m}: {results[m]}", flush=True)
-    base = results.get("inprocess", {}).get("s_per_step")
-    if base:
-        for r in results.values():
-            r["ratio_vs_inprocess"] = round(r["s_per_step"] / base, 2)
+    for name, r in results.items():
+        against = BASELINE.get(name, "inprocess")
+        base = results.get(against, {}).get("s_per_step")
+        if base:
+            r[f"ratio_vs_{against}"] = round(r["s_per_step"] / base, 2)
     if args.learn:
         for r in results.values():
             r["learned"] = r["reward_first"] <= 0.2 and r["reward_last"] >= 0.8
