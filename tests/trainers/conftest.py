@@ -203,3 +203,36 @@ def subprocess_env(dense_env_dir: Path) -> dict[str, str]:
     env["TQDM_DISABLE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+@pytest.fixture(scope="session")
+def left_alive() -> Callable[[set[int]], set[int]]:
+    """``left_alive(pids)``: those of ``pids`` (processes a test started) still running after up to
+    30 s; zombies count as gone. The Ray tests check their clusters' processes with it."""
+    import time
+
+    import psutil
+
+    def check(pids: set[int], timeout_s: float = 30.0) -> set[int]:
+        deadline = time.monotonic() + timeout_s
+        alive = set(pids)
+        while alive and time.monotonic() < deadline:
+            alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+            time.sleep(0.2)
+        return alive
+
+    return check
+
+
+@pytest.fixture(scope="session")
+def restore_environ() -> Callable[[dict[str, str | None]], None]:
+    """``restore_environ(saved)``: put back environment variables saved as ``{name: value or None}``."""
+
+    def restore(saved: dict[str, str | None]) -> None:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    return restore

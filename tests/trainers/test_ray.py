@@ -36,7 +36,8 @@ def descendants() -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(dense_env_dir: Path) -> Iterator[set[int]]:
+def ray_cluster(dense_env_dir: Path, left_alive: Callable[..., set[int]],
+                restore_environ: Callable[..., None]) -> Iterator[set[int]]:
     """A local cluster; yields the pids of the processes it started (checked again at teardown)."""
     saved = {k: os.environ.get(k) for k in local_env()}
     before = descendants()
@@ -50,16 +51,8 @@ def ray_cluster(dense_env_dir: Path) -> Iterator[set[int]]:
     finally:
         started |= descendants() - before  # workers started during the tests too
         ray.shutdown()
-        deadline = time.monotonic() + 30
-        alive = started
-        while alive and time.monotonic() < deadline:
-            alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
-            time.sleep(0.2)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        alive = left_alive(started)
+        restore_environ(saved)
         assert not alive, f"Ray processes left behind: {sorted(alive)}"
 
 

@@ -32,7 +32,8 @@ def descendants() -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster(dense_env_dir: Path) -> Iterator[Any]:
+def cluster(dense_env_dir: Path, left_alive: Callable[..., set[int]],
+            restore_environ: Callable[..., None]) -> Iterator[Any]:
     """Head (1 CPU, no rollout resource) + two rollout nodes (1 CPU, ``rollout: 2`` each), joined."""
     from ray._private import ray_constants
     from ray.cluster_utils import Cluster
@@ -58,17 +59,9 @@ def cluster(dense_env_dir: Path) -> Iterator[Any]:
         started = descendants() - before
         ray.shutdown()
         nodes.shutdown()
-        deadline = time.monotonic() + 30
-        alive = started
-        while alive and time.monotonic() < deadline:
-            alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
-            time.sleep(0.2)
+        alive = left_alive(started)
         ray_constants.ENABLE_RAY_CLUSTER = saved_switch
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_environ(saved)
         assert not alive, f"Ray processes left behind: {sorted(alive)}"
 
 
