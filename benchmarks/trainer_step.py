@@ -136,6 +136,111 @@ def param_count(model_dir: Path) -> int:
     return total
 
 
+# -- the machine's limit and the learner's FLOPs --------------------------------------------
+
+
+def peak_tflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
+    """The machine's float32 matmul rate with ``threads`` torch threads: ``[n, n] @ [n, n]``
+    (2 n^3 FLOPs), the best of ``repeats`` products after one warm-up.
+
+    Each product is timed in wall time and in process CPU time (divided by ``threads``); the
+    faster reading counts, so that a core taken by other work for a moment (wall time, on a
+    shared machine) or OpenMP's spin-waiting (CPU time) does not lower the limit measured.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        out = torch.empty(n, n)
+        torch.mm(a, b, out=out)
+        best = float("inf")
+        for _ in range(repeats):
+            t, c = time.perf_counter(), time.process_time()
+            torch.mm(a, b, out=out)
+            best = min(best, time.perf_counter() - t, (time.process_time() - c) / threads)
+    finally:
+        torch.set_num_threads(before)
+    return 2 * n**3 / best / 1e12
+
+
+def matmul_params(model_dir: Path, params: int) -> tuple[int, int]:
+    """``(body, head)``: the parameters every token multiplies by (all but the token embedding
+    and the LM head) and the LM head's (vocab x hidden; the embedding itself is a lookup)."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    head = int(cfg["vocab_size"]) * int(cfg["hidden_size"])
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    return params - head * (1 if tied else 2), head
+
+
+def train_flops(body_params: int, head_params: int, tokens_run: float, trained_positions: float) -> float:
+    """Forward+backward FLOPs of one step: 6 x body parameters x tokens the model runs, plus
+    6 x head parameters x the positions the head is applied to (the learner applies it to
+    trained positions only). Attention's own score/value products (4 x layers x hidden x
+    context per token and pass) are left out: under 5% at these sequence lengths."""
+    return 6.0 * body_params * tokens_run + 6.0 * head_params * trained_positions
+
+
+class PhaseTimer:
+    """Times our learner's phases by wrapping its methods on the instance (no trainer change).
+
+    ``logprobs_s``: the old policy's and the reference's log-probabilities (`Learner.fixed_logps`);
+    ``fwd_bwd_s``: forward, loss and backward of every micro-batch (`Learner._micro_batch`);
+    ``optimizer_s``: the rest of each pass (gradient clip, optimizer and scheduler step, zero_grad).
+    It also counts the tokens the model runs in forward+backward (a group's shared prompt once
+    when the learner shares prompts) and the trained positions (the LM head's rows).
+    """
+
+    def __init__(self, learner: Any) -> None:
+        self.learner = learner
+        self.reset()
+        fixed, one_pass, micro = learner.fixed_logps, learner.one_pass, learner._micro_batch
+
+        def timed_fixed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fixed(*a, **k)
+            finally:
+                self.t["logprobs_s"] += time.perf_counter() - t
+
+        def timed_pass(*a: Any, **k: Any) -> Any:
+            t, inner = time.perf_counter(), self.t["fwd_bwd_s"]
+            try:
+                return one_pass(*a, **k)
+            finally:
+                self.t["optimizer_s"] += time.perf_counter() - t - (self.t["fwd_bwd_s"] - inner)
+
+        def timed_micro(plan: Any, part: Any, *a: Any, **k: Any) -> Any:
+            self._count(plan.batch, part)
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return micro(plan, part, *a, **k)
+            finally:
+                self.t["fwd_bwd_s"] += time.perf_counter() - t
+                self.t["fwd_bwd_cpu_s"] += time.thread_time() - c
+
+        learner.fixed_logps, learner.one_pass, learner._micro_batch = timed_fixed, timed_pass, timed_micro
+
+    def reset(self) -> None:
+        self.t = {"logprobs_s": 0.0, "fwd_bwd_s": 0.0, "fwd_bwd_cpu_s": 0.0, "optimizer_s": 0.0, "tokens_run": 0,
+                  "trained_positions": 0}
+
+    def _count(self, batch: Any, part: Any) -> None:
+        lens = batch.attention_mask.index_select(0, part).sum(1)
+        tokens = int(lens.sum())
+        if batch.prompt_lens is not None and batch.prompt_ids is not None and self.learner.policy.share_prompts():
+            plens, pids = batch.prompt_lens.index_select(0, part), batch.prompt_ids.index_select(0, part)
+            unique = {int(i): int(p) for i, p in zip(pids.tolist(), plens.tolist(), strict=True)}
+            if len(unique) < len(part) and min(unique.values()) >= 1:
+                tokens = int((lens - plens).sum()) + sum(unique.values())
+        self.t["tokens_run"] += tokens
+        self.t["trained_positions"] += int(batch.loss_mask.index_select(0, part).sum())
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.t)
+
+
 # -- our trainer --------------------------------------------------------------------------
 
 
@@ -147,12 +252,14 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     from trainers.grpo.trainer import GRPOTrainer
 
     cpu_s: list[float] = []
+    phases: list[dict[str, float]] = []
 
     class FixedLengthTrainer(GRPOTrainer):
         """Our trainer, with EOS suppressed for the first ``min_tokens`` tokens of every sample.
 
         It also records the process CPU time of each step (all threads: the engine's, the
-        generator's and the learner's), from asking for the batch to the optimizer step.
+        generator's and the learner's), from asking for the batch to the optimizer step, and
+        the learner's phases (`PhaseTimer`).
         """
 
         _cpu0 = 0.0
@@ -163,14 +270,17 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
                 extra = {**self.sampling_args.get("extra_body", {}), "min_tokens": work["min_tokens"]}
                 self.sampling_args = {**self.sampling_args, "extra_body": extra}
                 self.generator.sampling_args = dict(self.sampling_args)
+            self._timer = PhaseTimer(self.learner)
 
         def _take_batch(self) -> Any:
             self._cpu0 = time.process_time()
             return super()._take_batch()
 
         def _train_on(self, batch: Any) -> dict[str, float]:
+            self._timer.reset()
             out = super()._train_on(batch)
             cpu_s.append(time.process_time() - self._cpu0)
+            phases.append(self._timer.snapshot())
             return out
 
     cfg = TrainConfig(
@@ -212,7 +322,20 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     measured = rows[warm:]
     import torch
 
+    for p, r in zip(phases, rows, strict=True):  # the step's other phases, from its metrics row
+        p["generation_s"] = float(r["time/generation_s"])
+        p["build_batch_s"] = float(r["time/step_s"]) - p["generation_s"] - float(r["time/train_s"])
+        p["learner_other_s"] = float(r["time/train_s"]) - p["logprobs_s"] - p["fwd_bwd_s"] - p["optimizer_s"]
+
+    def med(key: str, src: list[dict[str, float]] = phases[warm:]) -> float | None:
+        return statistics.median(p[key] for p in src) if src else None
+
     return {
+        "phases": phases,
+        **{k: med(k) for k in ("build_batch_s", "logprobs_s", "fwd_bwd_s", "fwd_bwd_cpu_s", "optimizer_s",
+                               "learner_other_s")},
+        "tokens_run": med("tokens_run"),
+        "trained_positions": med("trained_positions"),
         "step_s": step_s,
         "step_cpu_s": cpu_s,
         "s_per_step": statistics.median(step_s[warm:]) if measured else None,
@@ -295,6 +418,55 @@ def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dic
     return out
 
 
+def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, peak: float) -> dict[str, Any]:
+    """The learner's FLOP rate against the machine's peak, and our step's phases (medians, seconds).
+
+    ``learner_tflops`` divides the forward+backward FLOPs by the whole learner phase (reference/old
+    logprobs + forward+backward + optimizer); ``fwd_bwd_tflops`` by the forward+backward time only.
+    """
+    tokens, positions = ours.get("tokens_run"), ours.get("trained_positions")
+    learner_s = sum(ours.get(k) or 0.0 for k in ("logprobs_s", "fwd_bwd_s", "optimizer_s"))
+    flops = train_flops(body_params, head_params, tokens, positions) if tokens is not None else None
+    tflops = flops / learner_s / 1e12 if flops and learner_s else None
+    fb = ours.get("fwd_bwd_s")
+    fb_tflops = flops / fb / 1e12 if flops and fb else None
+    fb_cpu = ours.get("fwd_bwd_cpu_s")
+    fb_cpu_tflops = flops / fb_cpu / 1e12 if flops and fb_cpu else None
+    return {
+        "peak_tflops": peak,
+        "learner_tflops": tflops,
+        "learner_mfu": tflops / peak if tflops else None,
+        "fwd_bwd_tflops": fb_tflops,
+        "fwd_bwd_mfu": fb_tflops / peak if fb_tflops else None,
+        "fwd_bwd_cpu_mfu": fb_cpu_tflops / peak if fb_cpu_tflops else None,
+        "flops_per_step": flops,
+        "flops_formula": "6 x body params x tokens run (shared prompts once) + 6 x head params x trained positions; "
+                         "attention products excluded",
+        "body_params": body_params,
+        "head_params": head_params,
+        "tokens_run_per_step": tokens,
+        "trained_positions_per_step": positions,
+        "ours_phases_s": {
+            "generation": ours.get("generation_s"),
+            "build_batch": ours.get("build_batch_s"),
+            "logprobs": ours.get("logprobs_s"),
+            "fwd_bwd": fb,
+            "optimizer": ours.get("optimizer_s"),
+            "learner_other": ours.get("learner_other_s"),
+        },
+    }
+
+
+def learner_line(ours: dict[str, Any], fig: dict[str, Any]) -> str:
+    ph = fig["ours_phases_s"]
+    parts = ", ".join(f"{k} {_fmt(v)}" for k, v in ph.items())
+    mfu = fig["learner_mfu"]
+    return (f"ours phases (median s): {parts}; learner {_fmt(fig['learner_tflops'] and fig['learner_tflops'] * 1e3)} "
+            f"GFLOP/s of {fig['peak_tflops'] * 1e3:.1f} peak: MFU {_fmt(mfu)} "
+            f"(forward+backward alone {_fmt(fig['fwd_bwd_mfu'])}, on its thread's CPU time "
+            f"{_fmt(fig['fwd_bwd_cpu_mfu'])})")
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
@@ -341,6 +513,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"heads {m['num_attention_heads']}/{m['num_key_value_heads']} ({params / 1e6:.2f}M params)")
         print(f"model: {shape}; {work['prompts_per_step']} prompts x G={work['num_generations']}, "
               f"{work['max_tokens']} completion tokens, {work['threads']} torch threads", flush=True)
+        body_params, head_params = matmul_params(model_dir, params)
+        peak = peak_tflops(work["threads"])
+        print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {work['threads']} torch threads)",
+              flush=True)
         ours = run_ours(work, model_dir, root / "ours")
         trl: dict[str, Any] = {"error": "skipped (--no-trl)"}
         if not args.no_trl:
@@ -350,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     ours_cpu, trl_cpu = ours.get("cpu_s_per_step"), trl.get("cpu_s_per_step")
     cpu_ratio = ours_cpu / trl_cpu if ours_cpu and trl_cpu else None
     verdict = "n/a" if ratio is None else ("PASS" if ratio <= TARGET_RATIO else "FAIL")
+    learner = learner_figures(ours, body_params, head_params, peak)
+    print(learner_line(ours, learner), flush=True)
     print(
         f"ours {ours_s:.3f} s/step (CPU {ours_cpu:.3f} s; generation {ours['generation_s']:.3f} s, "
         f"train {ours['train_s']:.3f} s), "
@@ -382,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         "trl_mean_completion_length": trl.get("mean_completion_length"),
         "ours_generation_s": ours.get("generation_s"),
         "ours_train_s": ours.get("train_s"),
+        **learner,
         "trl_generation_s": trl.get("generation_s"),
         "ours_step_s": ours.get("step_s"),
         "trl_step_s": trl.get("step_s"),
