@@ -213,17 +213,18 @@ class PhaseTimer:
 
         def timed_micro(plan: Any, part: Any, *a: Any, **k: Any) -> Any:
             self._count(plan.batch, part)
-            t, c = time.perf_counter(), time.thread_time()
+            t, c, pc = time.perf_counter(), time.thread_time(), time.process_time()
             try:
                 return micro(plan, part, *a, **k)
             finally:
                 self.t["fwd_bwd_s"] += time.perf_counter() - t
                 self.t["fwd_bwd_cpu_s"] += time.thread_time() - c
+                self.t["fwd_bwd_process_cpu_s"] += time.process_time() - pc
 
         learner.fixed_logps, learner.one_pass, learner._micro_batch = timed_fixed, timed_pass, timed_micro
 
     def reset(self) -> None:
-        self.t = {"logprobs_s": 0.0, "fwd_bwd_s": 0.0, "fwd_bwd_cpu_s": 0.0, "optimizer_s": 0.0, "tokens_run": 0,
+        self.t = {"logprobs_s": 0.0, "fwd_bwd_s": 0.0, "fwd_bwd_cpu_s": 0.0, "fwd_bwd_process_cpu_s": 0.0, "optimizer_s": 0.0, "tokens_run": 0,
                   "trained_positions": 0}
 
     def _count(self, batch: Any, part: Any) -> None:
@@ -565,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         "ours_step_s": ours.get("step_s"),
         "trl_step_s": trl.get("step_s"),
         "ours_step_cpu_s": ours.get("step_cpu_s"),
+        "ours_step_phases": ours.get("phases"),
         "trl_step_cpu_s": trl.get("step_cpu_s"),
         "trl_version": trl.get("trl_version"),
         "trl_transformers_version": trl.get("transformers_version"),
