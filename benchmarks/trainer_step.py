@@ -91,6 +91,7 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         "measured_steps": args.steps,
         "threads": args.threads,
         "ahead": args.ahead,
+        "num_iterations": args.iterations,
         "seed": 0,
     }
 
@@ -294,7 +295,7 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
         prompts_per_step=work["prompts_per_step"],
         num_generations=work["num_generations"],
         gradient_accumulation_steps=1,
-        num_iterations=1,
+        num_iterations=work["num_iterations"],
         max_steps=work["warmup_steps"] + work["measured_steps"],
         max_tokens=work["max_tokens"],
         temperature=1.0,
@@ -485,6 +486,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="torch threads on both sides (default 1: see the module doc)")
     ap.add_argument("--ahead", type=int, default=0,
                     help="our num_batches_ahead (0 = synchronous like TRL without vLLM; 1 = generate the next batch while training)")
+    ap.add_argument("--iterations", type=int, default=1,
+                    help="our num_iterations (optimizer passes per batch; > 1 needs --no-trl: TRL's side runs 1)")
     ap.add_argument("--prompts", type=int, default=8, help="unique prompts per step (default 8)")
     ap.add_argument("--G", type=int, default=8, help="samples per prompt (default 8)")
     ap.add_argument("--max-tokens", type=int, default=16, help="completion tokens (default 16)")
@@ -496,6 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.warmup < 0 or args.steps < 1:
         ap.error("need --warmup >= 0 and --steps >= 1")
+    if args.iterations < 1 or (args.iterations > 1 and not args.no_trl):
+        ap.error("--iterations N > 1 measures our trainer only: add --no-trl (TRL's side runs one pass)")
     if args.G < 2:
         ap.error("GRPO needs --G >= 2 (TRL refuses fewer)")
     return args
@@ -555,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         "eos_suppressed": bool(work["min_tokens"]),
         "torch_threads": work["threads"],
         "ours_num_batches_ahead": work["ahead"],
+        "ours_num_iterations": work["num_iterations"],
         "warmup_steps": work["warmup_steps"],
         "measured_steps": work["measured_steps"],
         "ours_mean_completion_length": ours.get("mean_completion_length"),
