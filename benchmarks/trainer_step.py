@@ -225,18 +225,20 @@ class PhaseTimer:
         learner.fixed_logps, learner.one_pass, learner._micro_batch = timed_fixed, timed_pass, timed_micro
 
     def reset(self) -> None:
-        self.t = {"logprobs_s": 0.0, "fwd_bwd_s": 0.0, "fwd_bwd_cpu_s": 0.0, "fwd_bwd_process_cpu_s": 0.0, "optimizer_s": 0.0, "tokens_run": 0,
-                  "trained_positions": 0}
+        self.t = {"logprobs_s": 0.0, "fwd_bwd_s": 0.0, "fwd_bwd_cpu_s": 0.0, "fwd_bwd_process_cpu_s": 0.0,
+                  "optimizer_s": 0.0, "tokens_run": 0, "padded_tokens_run": 0, "trained_positions": 0}
 
     def _count(self, batch: Any, part: Any) -> None:
         lens = batch.attention_mask.index_select(0, part).sum(1)
-        tokens = int(lens.sum())
+        tokens, padded = int(lens.sum()), len(part) * int(lens.max())
         if batch.prompt_lens is not None and batch.prompt_ids is not None and self.learner.policy.share_prompts():
             plens, pids = batch.prompt_lens.index_select(0, part), batch.prompt_ids.index_select(0, part)
             unique = {int(i): int(p) for i, p in zip(pids.tolist(), plens.tolist(), strict=True)}
             if len(unique) < len(part) and min(unique.values()) >= 1:
                 tokens = int((lens - plens).sum()) + sum(unique.values())
+                padded = len(part) * int((lens - plens).max()) + len(unique) * max(unique.values())
         self.t["tokens_run"] += tokens
+        self.t["padded_tokens_run"] += padded
         self.t["trained_positions"] += int(batch.loss_mask.index_select(0, part).sum())
 
     def snapshot(self) -> dict[str, float]:
@@ -335,7 +337,7 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     return {
         "phases": phases,
         **{k: med(k) for k in ("build_batch_s", "logprobs_s", "fwd_bwd_s", "fwd_bwd_cpu_s", "optimizer_s",
-                               "learner_other_s")},
+                               "learner_other_s", "padded_tokens_run")},
         "tokens_run": med("tokens_run"),
         "trained_positions": med("trained_positions"),
         "step_s": step_s,
@@ -447,6 +449,7 @@ def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, pe
         "body_params": body_params,
         "head_params": head_params,
         "tokens_run_per_step": tokens,
+        "padded_tokens_run_per_step": ours.get("padded_tokens_run"),
         "trained_positions_per_step": positions,
         "ours_phases_s": {
             "generation": ours.get("generation_s"),
