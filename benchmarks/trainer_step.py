@@ -3,6 +3,8 @@
     python benchmarks/trainer_step.py              # both trainers, about 1.5 minutes on 2 cores
     python benchmarks/trainer_step.py --no-trl     # our trainer only
     python benchmarks/trainer_step.py --natural-lengths   # let both sides stop at EOS
+    python benchmarks/trainer_step.py --hidden-size 512 --intermediate-size 1536 --layers 8 --heads 8 --kv-heads 4
+    python benchmarks/trainer_step.py --no-trl --iterations 2   # ours only, two optimizer passes per batch
 
 Both trainers train the SAME tiny model directory (built once per run with
 ``python -m verifiers.inference.tiny``: llama, hidden 128, intermediate 384, 4 layers,
@@ -32,6 +34,16 @@ advantages, the forward/backward pass and the optimizer step. Ours is read from
 and the median of the next ``--steps`` is reported. Target: ours / TRL <= 0.5 (wall clock).
 The process CPU time of each step (all threads) is reported beside it: where wall time is
 far above CPU time, the step waited rather than computed.
+
+The learner against the machine's limit: ``peak_tflops`` is one ``2048 x 2048`` float32 matmul
+with the same torch thread count, measured in the same run (best of 10; see `peak_tflops`);
+``learner_tflops`` is the forward+backward FLOPs of a step (`train_flops`: 6 x parameters x
+tokens the model runs, shared prompts once, attention products left out) over the learner's
+time (old/reference logprobs + forward+backward + optimizer), and ``learner_mfu`` their ratio.
+``fwd_bwd_cpu_mfu`` uses the forward+backward's own thread CPU time instead of wall time (on a
+busy shared machine wall time also holds the time other processes had the core). Our step's
+phases (``ours_phases_s``, medians; every step's in ``ours_step_phases``): generation, batch
+build, logprobs, forward+backward, optimizer, the learner's rest.
 
 TRL is never a project dependency: it runs in ``benchmarks/.venv-trl`` (created on first
 use with ``python -m venv`` + pip, torch pinned by ``constraints.txt``; reused when it
