@@ -3,6 +3,8 @@
     python benchmarks/trainer_step.py              # both trainers, about 1.5 minutes on 2 cores
     python benchmarks/trainer_step.py --no-trl     # our trainer only
     python benchmarks/trainer_step.py --natural-lengths   # let both sides stop at EOS
+    python benchmarks/trainer_step.py --hidden-size 512 --intermediate-size 1536 --layers 8 --heads 8 --kv-heads 4
+    python benchmarks/trainer_step.py --no-trl --iterations 2   # ours only, two optimizer passes per batch
 
 Both trainers train the SAME tiny model directory (built once per run with
 ``python -m verifiers.inference.tiny``: llama, hidden 128, intermediate 384, 4 layers,
@@ -32,6 +34,16 @@ advantages, the forward/backward pass and the optimizer step. Ours is read from
 and the median of the next ``--steps`` is reported. Target: ours / TRL <= 0.5 (wall clock).
 The process CPU time of each step (all threads) is reported beside it: where wall time is
 far above CPU time, the step waited rather than computed.
+
+The learner against the machine's limit: ``peak_tflops`` is one ``2048 x 2048`` float32 matmul
+with the same torch thread count, measured in the same run (best of 10; see `peak_tflops`);
+``learner_tflops`` is the forward+backward FLOPs of a step (`train_flops`: 6 x parameters x
+tokens the model runs, shared prompts once, attention products left out) over the learner's
+time (old/reference logprobs + forward+backward + optimizer), and ``learner_mfu`` their ratio.
+``fwd_bwd_cpu_mfu`` uses the forward+backward's own thread CPU time instead of wall time (on a
+busy shared machine wall time also holds the time other processes had the core). Our step's
+phases (``ours_phases_s``, medians; every step's in ``ours_step_phases``): generation, batch
+build, logprobs, forward+backward, optimizer, the learner's rest.
 
 TRL is never a project dependency: it runs in ``benchmarks/.venv-trl`` (created on first
 use with ``python -m venv`` + pip, torch pinned by ``constraints.txt``; reused when it
@@ -91,6 +103,7 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         "measured_steps": args.steps,
         "threads": args.threads,
         "ahead": args.ahead,
+        "num_iterations": args.iterations,
         "seed": 0,
     }
 
@@ -136,6 +149,114 @@ def param_count(model_dir: Path) -> int:
     return total
 
 
+# -- the machine's limit and the learner's FLOPs --------------------------------------------
+
+
+def peak_tflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
+    """The machine's float32 matmul rate with ``threads`` torch threads: ``[n, n] @ [n, n]``
+    (2 n^3 FLOPs), the best of ``repeats`` products after one warm-up.
+
+    Each product is timed in wall time and in process CPU time (divided by ``threads``); the
+    faster reading counts, so that a core taken by other work for a moment (wall time, on a
+    shared machine) or OpenMP's spin-waiting (CPU time) does not lower the limit measured.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        out = torch.empty(n, n)
+        torch.mm(a, b, out=out)
+        best = float("inf")
+        for _ in range(repeats):
+            t, c = time.perf_counter(), time.process_time()
+            torch.mm(a, b, out=out)
+            best = min(best, time.perf_counter() - t, (time.process_time() - c) / threads)
+    finally:
+        torch.set_num_threads(before)
+    return 2 * n**3 / best / 1e12
+
+
+def matmul_params(model_dir: Path, params: int) -> tuple[int, int]:
+    """``(body, head)``: the parameters every token multiplies by (all but the token embedding
+    and the LM head) and the LM head's (vocab x hidden; the embedding itself is a lookup)."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    head = int(cfg["vocab_size"]) * int(cfg["hidden_size"])
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    return params - head * (1 if tied else 2), head
+
+
+def train_flops(body_params: int, head_params: int, tokens_run: float, trained_positions: float) -> float:
+    """Forward+backward FLOPs of one step: 6 x body parameters x tokens the model runs, plus
+    6 x head parameters x the positions the head is applied to (the learner applies it to
+    trained positions only). Attention's own score/value products (4 x layers x hidden x
+    context per token and pass) are left out: under 5% at these sequence lengths."""
+    return 6.0 * body_params * tokens_run + 6.0 * head_params * trained_positions
+
+
+class PhaseTimer:
+    """Times our learner's phases by wrapping its methods on the instance (no trainer change).
+
+    ``logprobs_s``: the old policy's and the reference's log-probabilities (`Learner.fixed_logps`);
+    ``fwd_bwd_s``: forward, loss and backward of every micro-batch (`Learner._micro_batch`);
+    ``optimizer_s``: the rest of each pass (gradient clip, optimizer and scheduler step, zero_grad).
+    It also counts the tokens the model runs in forward+backward (a group's shared prompt once
+    when the learner shares prompts) and the trained positions (the LM head's rows).
+    """
+
+    def __init__(self, learner: Any) -> None:
+        self.learner = learner
+        self.reset()
+        fixed, one_pass, micro = learner.fixed_logps, learner.one_pass, learner._micro_batch
+
+        def timed_fixed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fixed(*a, **k)
+            finally:
+                self.t["logprobs_s"] += time.perf_counter() - t
+
+        def timed_pass(*a: Any, **k: Any) -> Any:
+            t, inner = time.perf_counter(), self.t["fwd_bwd_s"]
+            try:
+                return one_pass(*a, **k)
+            finally:
+                self.t["optimizer_s"] += time.perf_counter() - t - (self.t["fwd_bwd_s"] - inner)
+
+        def timed_micro(plan: Any, part: Any, *a: Any, **k: Any) -> Any:
+            self._count(plan.batch, part)
+            t, c, pc = time.perf_counter(), time.thread_time(), time.process_time()
+            try:
+                return micro(plan, part, *a, **k)
+            finally:
+                self.t["fwd_bwd_s"] += time.perf_counter() - t
+                self.t["fwd_bwd_cpu_s"] += time.thread_time() - c
+                self.t["fwd_bwd_process_cpu_s"] += time.process_time() - pc
+
+        learner.fixed_logps, learner.one_pass, learner._micro_batch = timed_fixed, timed_pass, timed_micro
+
+    def reset(self) -> None:
+        self.t = {"logprobs_s": 0.0, "fwd_bwd_s": 0.0, "fwd_bwd_cpu_s": 0.0, "fwd_bwd_process_cpu_s": 0.0,
+                  "optimizer_s": 0.0, "tokens_run": 0, "padded_tokens_run": 0, "trained_positions": 0}
+
+    def _count(self, batch: Any, part: Any) -> None:
+        lens = batch.attention_mask.index_select(0, part).sum(1)
+        tokens, padded = int(lens.sum()), len(part) * int(lens.max())
+        if batch.prompt_lens is not None and batch.prompt_ids is not None and self.learner.policy.share_prompts():
+            plens, pids = batch.prompt_lens.index_select(0, part), batch.prompt_ids.index_select(0, part)
+            unique = {int(i): int(p) for i, p in zip(pids.tolist(), plens.tolist(), strict=True)}
+            if len(unique) < len(part) and min(unique.values()) >= 1:
+                tokens = int((lens - plens).sum()) + sum(unique.values())
+                padded = len(part) * int((lens - plens).max()) + len(unique) * max(unique.values())
+        self.t["tokens_run"] += tokens
+        self.t["padded_tokens_run"] += padded
+        self.t["trained_positions"] += int(batch.loss_mask.index_select(0, part).sum())
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.t)
+
+
 # -- our trainer --------------------------------------------------------------------------
 
 
@@ -147,12 +268,14 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     from trainers.grpo.trainer import GRPOTrainer
 
     cpu_s: list[float] = []
+    phases: list[dict[str, float]] = []
 
     class FixedLengthTrainer(GRPOTrainer):
         """Our trainer, with EOS suppressed for the first ``min_tokens`` tokens of every sample.
 
         It also records the process CPU time of each step (all threads: the engine's, the
-        generator's and the learner's), from asking for the batch to the optimizer step.
+        generator's and the learner's), from asking for the batch to the optimizer step, and
+        the learner's phases (`PhaseTimer`).
         """
 
         _cpu0 = 0.0
@@ -163,14 +286,17 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
                 extra = {**self.sampling_args.get("extra_body", {}), "min_tokens": work["min_tokens"]}
                 self.sampling_args = {**self.sampling_args, "extra_body": extra}
                 self.generator.sampling_args = dict(self.sampling_args)
+            self._timer = PhaseTimer(self.learner)
 
         def _take_batch(self) -> Any:
             self._cpu0 = time.process_time()
             return super()._take_batch()
 
         def _train_on(self, batch: Any) -> dict[str, float]:
+            self._timer.reset()
             out = super()._train_on(batch)
             cpu_s.append(time.process_time() - self._cpu0)
+            phases.append(self._timer.snapshot())
             return out
 
     cfg = TrainConfig(
@@ -183,7 +309,7 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
         prompts_per_step=work["prompts_per_step"],
         num_generations=work["num_generations"],
         gradient_accumulation_steps=1,
-        num_iterations=1,
+        num_iterations=work["num_iterations"],
         max_steps=work["warmup_steps"] + work["measured_steps"],
         max_tokens=work["max_tokens"],
         temperature=1.0,
@@ -212,7 +338,20 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     measured = rows[warm:]
     import torch
 
+    for p, r in zip(phases, rows, strict=True):  # the step's other phases, from its metrics row
+        p["generation_s"] = float(r["time/generation_s"])
+        p["build_batch_s"] = float(r["time/step_s"]) - p["generation_s"] - float(r["time/train_s"])
+        p["learner_other_s"] = float(r["time/train_s"]) - p["logprobs_s"] - p["fwd_bwd_s"] - p["optimizer_s"]
+
+    def med(key: str, src: list[dict[str, float]] = phases[warm:]) -> float | None:
+        return statistics.median(p[key] for p in src) if src else None
+
     return {
+        "phases": phases,
+        **{k: med(k) for k in ("build_batch_s", "logprobs_s", "fwd_bwd_s", "fwd_bwd_cpu_s", "optimizer_s",
+                               "learner_other_s", "padded_tokens_run")},
+        "tokens_run": med("tokens_run"),
+        "trained_positions": med("trained_positions"),
         "step_s": step_s,
         "step_cpu_s": cpu_s,
         "s_per_step": statistics.median(step_s[warm:]) if measured else None,
@@ -295,6 +434,56 @@ def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dic
     return out
 
 
+def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, peak: float) -> dict[str, Any]:
+    """The learner's FLOP rate against the machine's peak, and our step's phases (medians, seconds).
+
+    ``learner_tflops`` divides the forward+backward FLOPs by the whole learner phase (reference/old
+    logprobs + forward+backward + optimizer); ``fwd_bwd_tflops`` by the forward+backward time only.
+    """
+    tokens, positions = ours.get("tokens_run"), ours.get("trained_positions")
+    learner_s = sum(ours.get(k) or 0.0 for k in ("logprobs_s", "fwd_bwd_s", "optimizer_s"))
+    flops = train_flops(body_params, head_params, tokens, positions) if tokens is not None else None
+    tflops = flops / learner_s / 1e12 if flops and learner_s else None
+    fb = ours.get("fwd_bwd_s")
+    fb_tflops = flops / fb / 1e12 if flops and fb else None
+    fb_cpu = ours.get("fwd_bwd_cpu_s")
+    fb_cpu_tflops = flops / fb_cpu / 1e12 if flops and fb_cpu else None
+    return {
+        "peak_tflops": peak,
+        "learner_tflops": tflops,
+        "learner_mfu": tflops / peak if tflops else None,
+        "fwd_bwd_tflops": fb_tflops,
+        "fwd_bwd_mfu": fb_tflops / peak if fb_tflops else None,
+        "fwd_bwd_cpu_mfu": fb_cpu_tflops / peak if fb_cpu_tflops else None,
+        "flops_per_step": flops,
+        "flops_formula": "6 x body params x tokens run (shared prompts once) + 6 x head params x trained positions; "
+                         "attention products excluded",
+        "body_params": body_params,
+        "head_params": head_params,
+        "tokens_run_per_step": tokens,
+        "padded_tokens_run_per_step": ours.get("padded_tokens_run"),
+        "trained_positions_per_step": positions,
+        "ours_phases_s": {
+            "generation": ours.get("generation_s"),
+            "build_batch": ours.get("build_batch_s"),
+            "logprobs": ours.get("logprobs_s"),
+            "fwd_bwd": fb,
+            "optimizer": ours.get("optimizer_s"),
+            "learner_other": ours.get("learner_other_s"),
+        },
+    }
+
+
+def learner_line(ours: dict[str, Any], fig: dict[str, Any]) -> str:
+    ph = fig["ours_phases_s"]
+    parts = ", ".join(f"{k} {_fmt(v)}" for k, v in ph.items())
+    mfu = fig["learner_mfu"]
+    return (f"ours phases (median s): {parts}; learner {_fmt(fig['learner_tflops'] and fig['learner_tflops'] * 1e3)} "
+            f"GFLOP/s of {fig['peak_tflops'] * 1e3:.1f} peak: MFU {_fmt(mfu)} "
+            f"(forward+backward alone {_fmt(fig['fwd_bwd_mfu'])}, on its thread's CPU time "
+            f"{_fmt(fig['fwd_bwd_cpu_mfu'])})")
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
@@ -312,6 +501,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="torch threads on both sides (default 1: see the module doc)")
     ap.add_argument("--ahead", type=int, default=0,
                     help="our num_batches_ahead (0 = synchronous like TRL without vLLM; 1 = generate the next batch while training)")
+    ap.add_argument("--iterations", type=int, default=1,
+                    help="our num_iterations (optimizer passes per batch; > 1 needs --no-trl: TRL's side runs 1)")
     ap.add_argument("--prompts", type=int, default=8, help="unique prompts per step (default 8)")
     ap.add_argument("--G", type=int, default=8, help="samples per prompt (default 8)")
     ap.add_argument("--max-tokens", type=int, default=16, help="completion tokens (default 16)")
@@ -323,6 +514,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.warmup < 0 or args.steps < 1:
         ap.error("need --warmup >= 0 and --steps >= 1")
+    if args.iterations < 1 or (args.iterations > 1 and not args.no_trl):
+        ap.error("--iterations N > 1 measures our trainer only: add --no-trl (TRL's side runs one pass)")
     if args.G < 2:
         ap.error("GRPO needs --G >= 2 (TRL refuses fewer)")
     return args
@@ -341,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"heads {m['num_attention_heads']}/{m['num_key_value_heads']} ({params / 1e6:.2f}M params)")
         print(f"model: {shape}; {work['prompts_per_step']} prompts x G={work['num_generations']}, "
               f"{work['max_tokens']} completion tokens, {work['threads']} torch threads", flush=True)
+        body_params, head_params = matmul_params(model_dir, params)
+        peak = peak_tflops(work["threads"])
+        print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {work['threads']} torch threads)",
+              flush=True)
         ours = run_ours(work, model_dir, root / "ours")
         trl: dict[str, Any] = {"error": "skipped (--no-trl)"}
         if not args.no_trl:
@@ -350,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     ours_cpu, trl_cpu = ours.get("cpu_s_per_step"), trl.get("cpu_s_per_step")
     cpu_ratio = ours_cpu / trl_cpu if ours_cpu and trl_cpu else None
     verdict = "n/a" if ratio is None else ("PASS" if ratio <= TARGET_RATIO else "FAIL")
+    learner = learner_figures(ours, body_params, head_params, peak)
+    print(learner_line(ours, learner), flush=True)
     print(
         f"ours {ours_s:.3f} s/step (CPU {ours_cpu:.3f} s; generation {ours['generation_s']:.3f} s, "
         f"train {ours['train_s']:.3f} s), "
@@ -376,16 +575,19 @@ def main(argv: list[str] | None = None) -> int:
         "eos_suppressed": bool(work["min_tokens"]),
         "torch_threads": work["threads"],
         "ours_num_batches_ahead": work["ahead"],
+        "ours_num_iterations": work["num_iterations"],
         "warmup_steps": work["warmup_steps"],
         "measured_steps": work["measured_steps"],
         "ours_mean_completion_length": ours.get("mean_completion_length"),
         "trl_mean_completion_length": trl.get("mean_completion_length"),
         "ours_generation_s": ours.get("generation_s"),
         "ours_train_s": ours.get("train_s"),
+        **learner,
         "trl_generation_s": trl.get("generation_s"),
         "ours_step_s": ours.get("step_s"),
         "trl_step_s": trl.get("step_s"),
         "ours_step_cpu_s": ours.get("step_cpu_s"),
+        "ours_step_phases": ours.get("phases"),
         "trl_step_cpu_s": trl.get("step_cpu_s"),
         "trl_version": trl.get("trl_version"),
         "trl_transformers_version": trl.get("transformers_version"),

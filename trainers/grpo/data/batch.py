@@ -145,18 +145,19 @@ def _row(seq: TokenSequence, r: RolloutResult, group: int, max_seq_len: int, ove
 
 
 def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
+    """The rows as one right-padded batch.
+
+    Each field is made from one flat list in one copy (`_right_padded`), not a tensor per row.
+    """
     n = len(rows)
-    width = max(len(r.input_ids) for r in rows)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
-    lmask = torch.zeros((n, width - 1), dtype=torch.bool)
-    slp = torch.zeros((n, width - 1), dtype=torch.float32)
-    for i, r in enumerate(rows):
-        L = len(r.input_ids)
-        ids[i, :L] = torch.tensor(r.input_ids, dtype=torch.long)
-        attn[i, :L] = 1
-        lmask[i, : L - 1] = torch.tensor(r.loss_mask, dtype=torch.bool)
-        slp[i, : L - 1] = torch.tensor(r.sampler_logp, dtype=torch.float32)
+    lengths = torch.tensor([len(r.input_ids) for r in rows], dtype=torch.long)
+    width = int(lengths.max())
+    attn = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    ids = _right_padded([r.input_ids for r in rows], attn.bool(), pad_id, torch.long)
+    targets = attn[:, 1:].bool()  # a row of L tokens has L - 1 targets
+    lmask = _right_padded([r.loss_mask for r in rows], targets, 0, torch.bool)
+    slp = _right_padded([r.sampler_logp for r in rows], targets, 0.0, torch.float32)
+    assert ids.shape == (n, width)
     pos = (attn.cumsum(1) - 1).clamp(min=0)
     return TrainBatch(
         input_ids=ids,
@@ -172,6 +173,18 @@ def collate(rows: Sequence[TrainRow], pad_id: int) -> TrainBatch:
         prompt_ids=torch.tensor(_prompt_ids(rows), dtype=torch.long),
         rollout_ids=torch.tensor(_rollout_ids(rows), dtype=torch.long),
     )
+
+
+def _right_padded(values: Sequence[Sequence[Any]], where: Tensor, fill: Any, dtype: torch.dtype) -> Tensor:
+    """``values[i]`` at the start of row ``i`` of a ``where``-shaped grid (``where`` is True exactly
+    there, a prefix of each row), ``fill`` elsewhere: one tensor from the concatenated lists."""
+    flat = torch.tensor([v for row in values for v in row], dtype=dtype)
+    if flat.numel() != int(where.sum()):
+        raise ValueError(f"rows hold {flat.numel()} values for {int(where.sum())} positions: every row needs "
+                         "one loss-mask and sampler-logprob entry per target (len(input_ids) - 1)")
+    out = torch.full(where.shape, fill, dtype=dtype)
+    out[where] = flat
+    return out
 
 
 def _rollout_ids(rows: Sequence[TrainRow]) -> list[int]:

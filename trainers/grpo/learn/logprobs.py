@@ -441,16 +441,65 @@ def _left_aligned(ids: Tensor, starts: Tensor, lengths: Tensor, width: int, *, r
     return torch.where(valid, grid, torch.zeros_like(grid)), valid.long()
 
 
+BUCKET_SLACK = 0.25
+"""A completion bucket's padding may reach this share of its real tokens (`length_buckets`)."""
+MAX_BUCKETS = 8
+"""At most this many completion passes per micro-batch (each costs one pass's fixed overhead)."""
+
+
+def length_buckets(lengths: Sequence[int], slack: float = BUCKET_SLACK, max_buckets: int = MAX_BUCKETS) -> list[list[int]]:
+    """Rows grouped by length, longest first, so that padding each group to its longest row wastes
+    at most ``slack`` of its real tokens; one group when that saves under a quarter of the padding.
+
+    Completions of one step differ in length (an answer of 20 tokens beside one of 900); run
+    together, every row is padded to the longest. Rows are taken longest first and a group
+    grows while ``rows x width <= (1 + slack) x real tokens``. Beyond ``max_buckets`` groups
+    (each is a pass of its own), the neighbours whose merge adds the least padding are merged.
+    """
+    order = sorted(range(len(lengths)), key=lambda r: -lengths[r])
+    groups: list[list[int]] = []
+    real = 0
+    for r in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= (1 + slack) * (real + lengths[r]):
+            groups[-1].append(r)
+            real += lengths[r]
+        else:
+            groups.append([r])
+            real = lengths[r]
+    while len(groups) > max(1, max_buckets):
+        i = min(range(len(groups) - 1),
+                key=lambda k: len(groups[k + 1]) * (lengths[groups[k][0]] - lengths[groups[k + 1][0]]))
+        groups[i : i + 2] = [groups[i] + groups[i + 1]]
+    padded = sum(len(g) * lengths[g[0]] for g in groups)
+    if len(groups) <= 1 or padded > 0.75 * len(order) * lengths[order[0]]:
+        return [list(range(len(lengths)))]
+    return groups
+
+
+def _cache_rows(cache: Any, idx: Tensor) -> Any:
+    """A copy of ``cache`` holding rows ``idx`` (its tensors index-selected, so gradients flow back)."""
+    import copy
+
+    from verifiers.inference import kv
+
+    out = copy.copy(cache)
+    out.layers = [copy.copy(layer) for layer in cache.layers]
+    kv.select_rows(out, idx)
+    return out
+
+
 def _shared_positions(model: Any, decoder: nn.Module, batch: TrainBatch,
                       sharing: _Sharing) -> tuple[_Positions, Tensor, Tensor]:
-    """Each distinct prompt once (only its last hidden state is kept), then the completions on its KV cache."""
+    """Each distinct prompt once (only its last hidden state is kept), then the completions on its KV cache.
+
+    The completions run in length buckets (`length_buckets`) when their lengths differ enough:
+    each bucket is padded to its own longest completion, on its own copy of the prompts' cache.
+    """
     from verifiers.inference import kv
 
     device = batch.input_ids.device
-    width = batch.input_ids.shape[1]
     plens = batch.prompt_lens
     assert plens is not None
-    lens = batch.attention_mask.sum(1)
     # 1. each distinct prompt once, left-padded
     reps = torch.tensor(sharing.reps, dtype=torch.long, device=device)
     P = max(sharing.prompt_lens[r] for r in sharing.reps)
@@ -460,26 +509,56 @@ def _shared_positions(model: Any, decoder: nn.Module, batch: TrainBatch,
     prompt_hidden, out = _run(model, decoder, input_ids=pid, attention_mask=pmask, position_ids=ppos, use_cache=True)
     idx = torch.tensor(sharing.row_to_prompt, dtype=torch.long, device=device)
     cache = out.past_key_values
-    kv.select_rows(cache, idx)
     first = prompt_hidden[:, -1, :].index_select(0, idx)
     del out, prompt_hidden
     # 2. the completions (everything after the prompt, env tokens included) on top
+    comp_lens = [t - p for t, p in zip(sharing.total_lens, sharing.prompt_lens, strict=True)]
+    buckets = length_buckets(comp_lens)
+    row_mask = pmask.index_select(0, idx)
+    if len(buckets) == 1:  # every row, in order, on the prompts' cache itself
+        kv.select_rows(cache, idx)
+        return _completion_positions(model, decoder, batch, None, first, row_mask, cache, max(comp_lens))
+    parts: list[_Positions] = []
+    for rows_b in buckets:
+        b = torch.tensor(rows_b, dtype=torch.long, device=device)
+        part, hidden, logits = _completion_positions(model, decoder, batch, b, first, row_mask,
+                                                     _cache_rows(cache, idx.index_select(0, b)),
+                                                     max(comp_lens[r] for r in rows_b))
+        parts.append(part)
+    pos = _Positions(hidden=torch.cat([p.hidden for p in parts]), targets=torch.cat([p.targets for p in parts]),
+                     flat=torch.cat([p.flat for p in parts]), anchor=parts[0].anchor)
+    return pos, hidden, logits
+
+
+def _completion_positions(model: Any, decoder: nn.Module, batch: TrainBatch, rows: Tensor | None, first: Tensor,
+                          prompt_mask: Tensor, cache: Any, C: int) -> tuple[_Positions, Tensor, Tensor]:
+    """The completions of ``rows`` (None: every row) on ``cache`` (their prompts' keys and values):
+    the trained positions, the last hidden states and the logits of the pass."""
+    device = batch.input_ids.device
+    width = batch.input_ids.shape[1]
+    plens = batch.prompt_lens
+    assert plens is not None
+    ids, lmask, lens = batch.input_ids, batch.loss_mask, batch.attention_mask.sum(1)
+    if rows is not None:
+        ids, lmask, lens, plens = (ids.index_select(0, rows), lmask.index_select(0, rows), lens.index_select(0, rows),
+                                   plens.index_select(0, rows))
+        first, prompt_mask = first.index_select(0, rows), prompt_mask.index_select(0, rows)
     clens = lens - plens
-    C = max(t - p for t, p in zip(sharing.total_lens, sharing.prompt_lens, strict=True))
-    cid, cmask = _left_aligned(batch.input_ids, plens, clens, C, right_pad=True)
+    cid, cmask = _left_aligned(ids, plens, clens, C, right_pad=True)
     cpos = plens.unsqueeze(1) + torch.arange(C, device=device).unsqueeze(0)
-    hidden, out2 = _run(model, decoder, input_ids=cid, attention_mask=torch.cat([pmask.index_select(0, idx), cmask], 1),
-                        position_ids=cpos, past_key_values=cache, use_cache=True)
+    hidden, out = _run(model, decoder, input_ids=cid, attention_mask=torch.cat([prompt_mask, cmask], 1),
+                       position_ids=cpos, past_key_values=cache, use_cache=True)
     # completion token j is predicted by the prompt's last position (j = 0) or completion j - 1;
     # it is target plens - 1 + j of its row
     pred = torch.cat([first.unsqueeze(1), hidden[:, :-1, :]], dim=1)
     j = torch.arange(C, device=device).unsqueeze(0)
     target_col = plens.unsqueeze(1) - 1 + j
-    trained = (j < clens.unsqueeze(1)) & batch.loss_mask.to(torch.bool).gather(1, target_col.clamp(max=width - 2))
-    rows, cols = trained.nonzero(as_tuple=True)
-    pos = _Positions(hidden=pred[rows, cols], targets=cid[rows, cols], flat=rows * (width - 1) + target_col[rows, cols],
+    trained = (j < clens.unsqueeze(1)) & lmask.to(torch.bool).gather(1, target_col.clamp(max=width - 2))
+    r, cols = trained.nonzero(as_tuple=True)
+    batch_rows = r if rows is None else rows.index_select(0, r)
+    pos = _Positions(hidden=pred[r, cols], targets=cid[r, cols], flat=batch_rows * (width - 1) + target_col[r, cols],
                      anchor=pred)
-    return pos, hidden, out2.logits
+    return pos, hidden, out.logits
 
 
 def completion_logps(

@@ -112,11 +112,17 @@ class Learner:
         return StepPlan(batch, normalizer, rl_tokens, skipped, idle)
 
     def fixed_logps(self, plan: StepPlan) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The old policy's log-probabilities (several passes) and the reference's (KL), no gradient."""
+        """The buffer for the old policy's log-probabilities (several passes) and the reference's (KL).
+
+        The old policy is the model before this step's first optimizer step, which is exactly the
+        model the first pass runs: its micro-batches fill ``old`` from their own forward
+        (`_micro_batch`), so no separate no-grad pass recomputes them. The reference's are computed
+        here, without gradient.
+        """
         chunks = self.cfg.gradient_accumulation_steps
         old = None
         if self.cfg.num_iterations > 1 and not plan.idle:
-            old = self.logps_no_grad(self.policy.model, plan.batch, chunks)
+            old = torch.zeros_like(plan.batch.sampler_logp)
         ref = None
         if self.preset.uses_reference:
             with self.policy.reference(self.updating) as ref_model:
@@ -146,7 +152,8 @@ class Learner:
         parts = self._parts(plan, gen)
         for part in parts:
             # The sampler's logprobs are at temperature 1 (the raw log-softmax): comparable only then.
-            m = self._micro_batch(plan, part, old, ref, last=part is parts[-1], measure=it == 0 and cfg.temperature == 1.0)
+            m = self._micro_batch(plan, part, old, ref, last=part is parts[-1], first=it == 0,
+                                  measure=it == 0 and cfg.temperature == 1.0)
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
         if cfg.max_grad_norm is not None:
@@ -177,9 +184,11 @@ class Learner:
         return [p.to(batch.input_ids.device) for p in plan_parts]
 
     def _micro_batch(self, plan: StepPlan, part: torch.Tensor, old: torch.Tensor | None, ref: torch.Tensor | None,
-                     *, last: bool, measure: bool = False) -> dict[str, Any]:
-        """Forward, loss and backward of one micro-batch; its loss metrics. ``measure``: also add its
-        sampler-versus-learner logprob gap to `mismatch` (first pass only, before any update)."""
+                     *, last: bool, first: bool = True, measure: bool = False) -> dict[str, Any]:
+        """Forward, loss and backward of one micro-batch; its loss metrics. ``first``: the step's
+        first pass, whose log-probabilities are the old policy's (on-policy; stored into ``old``
+        for the later passes). ``measure``: also add its sampler-versus-learner logprob gap to
+        `mismatch` (first pass only, before any update)."""
         cfg, preset = self.cfg, self.preset
         sub = plan.batch.select(part)
         width = sub.loss_mask.shape[1]
@@ -187,10 +196,12 @@ class Learner:
             self.policy.model, sub, cfg.temperature, entropy_grad=preset.entropy_coef != 0,
             chunk_tokens=cfg.logprob_chunk_tokens, share_prompts=self.policy.share_prompts(),
         )
+        if first and old is not None:
+            old[part, :width] = logp.detach()
         loss, m = compute_loss(
             preset,
             logp=logp,
-            old_logp=None if old is None else old[part, :width],
+            old_logp=None if old is None or first else old[part, :width],
             ref_logp=None if ref is None else ref[part, :width],
             sampler_logp=sub.sampler_logp if preset.off_policy is not None else None,
             advantages=sub.advantages,

@@ -1,0 +1,86 @@
+"""`benchmarks/run_all.py`: each benchmark's last JSON line becomes rows of one table in the README.
+
+The benchmarks themselves are measured elsewhere; here a real child process stands in for one
+(it prints progress, then its JSON), and the README rewrite is checked on text with and without
+the markers, keeping the rows of benchmarks that were not rerun.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run_all() -> Any:
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["run_all"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("run_all", None)
+
+
+TRAINER_STEP = {"ours_s_per_step": 0.4, "trl_s_per_step": 0.5, "ratio": 0.8, "target_ratio": 0.5,
+                "model": {"params": 801408}, "learner_mfu": 0.45, "peak_tflops": 0.093,
+                "ours_phases_s": {"generation": 0.14, "fwd_bwd": 0.24, "optimizer": 0.01}}
+
+
+def test_a_benchmark_process_becomes_rows_with_date_load_and_settings(run_all: Any, tmp_path: Path) -> None:
+    script = tmp_path / "fake_trainer_step.py"
+    script.write_text(f"import json, sys\nprint('warming up')\nprint(json.dumps({TRAINER_STEP!r}))\n")
+    bench = run_all.Bench("trainer_step", ["--quick-ish"], [], run_all.rows_trainer_step, 60, path=script)
+    rows, out = run_all.run_bench(bench, True, tmp_path)
+    assert out == TRAINER_STEP
+    assert [r.benchmark for r in rows] == ["trainer_step", "trainer_step"]
+    step = rows[0]
+    assert (step.ours, step.peer, step.ratio, step.target, step.met) == ("0.400", "0.500", "0.800", "≤ 0.5", "**no**")
+    assert "0.8M params" in step.figure
+    assert rows[1].ours == "0.450" and "93.0 GFLOP/s" in rows[1].peer
+    assert step.settings == "--quick-ish" and "→" in step.load and step.date.count("-") == 2
+    assert "warming up" in (tmp_path / "trainer_step.log").read_text()
+
+
+def test_a_benchmark_without_a_json_line_is_a_failed_row(run_all: Any, tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("print('no json here')\nraise SystemExit(3)\n")
+    bench = run_all.Bench("gateway_overhead", [], [], run_all.rows_gateway_overhead, 60, path=script)
+    rows, out = run_all.run_bench(bench, False, tmp_path)
+    assert out == {}
+    assert len(rows) == 1 and rows[0].figure.startswith("FAILED: last stdout line is not JSON")
+
+
+def test_streaming_and_plain_serve_vs_vllm_outputs(run_all: Any) -> None:
+    plain = run_all.rows_serve_vs_vllm({"sizes": {"tiny": {"vf_serve_tok_s": 1200.0, "vllm_tok_s": 1000.0,
+                                                           "ratio": 1.2}}})
+    assert [(r.ours, r.peer, r.met) for r in plain] == [("1,200", "1,000", "yes")]
+    streaming = run_all.rows_serve_vs_vllm({"mode": "streaming", "sizes": {"25m": {
+        "ours_tok_s": 900.0, "vllm_tok_s": 1000.0, "ratio": 0.9, "ours_tpot_ms": 7.0, "vllm_tpot_ms": 6.0}}})
+    assert [r.met for r in streaming] == ["**no**", "**no**"]
+    assert "time per output token" in streaming[1].figure
+
+
+def test_readme_table_is_replaced_between_markers_keeping_rows_not_rerun(run_all: Any) -> None:
+    Row = run_all.Row
+    old = [Row("serve_throughput", "a | b", "1", date="2026-01-01"), Row("trainer_step", "old", "9")]
+    text = f"# Benchmarks\n\nintro\n\n{run_all.BEGIN}\n{run_all.table(old)}\n{run_all.END}\n\n## rest\n"
+    new = run_all.update_readme(text, [Row("trainer_step", "new", "1")], {"trainer_step"})
+    block = new.split(run_all.BEGIN)[1].split(run_all.END)[0]
+    rows = run_all.parse_table(block)
+    assert [(r.benchmark, r.figure) for r in rows] == [("serve_throughput", "a | b"), ("trainer_step", "new")]
+    assert new.startswith("# Benchmarks\n\nintro\n\n") and new.endswith("\n\n## rest\n")
+    assert run_all.update_readme(new, [Row("trainer_step", "new", "1")], {"trainer_step"}) == new
+
+
+def test_a_readme_without_markers_gets_the_section_after_its_first_paragraph(run_all: Any) -> None:
+    text = "# Benchmarks\n\nRun them quietly.\n\n## rollout_engine.py\n\ndetails\n"
+    new = run_all.update_readme(text, [run_all.Row("learning", "reward", "0 → 1")], {"learning"})
+    assert new.index("Run them quietly.") < new.index(run_all.BEGIN) < new.index("## rollout_engine.py")
+    assert "| learning | reward | 0 → 1 |" in new
