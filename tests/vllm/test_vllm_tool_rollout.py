@@ -56,6 +56,10 @@ def test_tool_rollout_through_vllm_is_token_exact(tmp_path: Path, tiny_vllm_spec
     # the tools block is part of the system turn: taught with the same schemas the rollout sends
     teach_conversation(model_dir, tool_conversation(env), tools=env.oai_tools)
     spec = server_spec(model_dir)
+    # One token per character: with 0.1.5's schema text the first prompt alone is 452 tokens, so the
+    # second turn needs more than the quickstart's 512-token context.
+    limit = spec.extra_args.index("--max-model-len")
+    spec.extra_args[limit + 1] = "2048"
     spec.extra_args += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     with VLLMServer(spec, log_path=tmp_path / "vllm.log") as server:
         client = vf.make_client(server.base_url)
