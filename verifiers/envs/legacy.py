@@ -82,8 +82,8 @@ class LegacyEnvironmentMethods:
         length gives 0.1.5's placeholder response (``id == "overlong-prompt"``,
         ``finish_reason == "length"``) instead of an error. Completion mode refuses tools.
         The turn loop of `MultiTurnEnv` calls this method only when a subclass overrides it
-        (then with 0.1.5's keyword arguments); otherwise it takes a faster path with the
-        same request.
+        (then with 0.1.5's keyword arguments); otherwise it takes a faster path with an
+        equivalent request (``max_tokens`` left as it is: servers accept both names).
         """
         message_type = message_type or self.message_type
         if message_type == "completion":
