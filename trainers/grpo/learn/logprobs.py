@@ -492,8 +492,9 @@ def _shared_positions(model: Any, decoder: nn.Module, batch: TrainBatch,
                       sharing: _Sharing) -> tuple[_Positions, Tensor, Tensor]:
     """Each distinct prompt once (only its last hidden state is kept), then the completions on its KV cache.
 
-    The completions run in length buckets (`length_buckets`) when their lengths differ enough:
-    each bucket is padded to its own longest completion, on its own copy of the prompts' cache.
+    On a CPU the completions run in length buckets (`length_buckets`) when their lengths differ
+    enough: each bucket is padded to its own longest completion, on its own copy of the prompts'
+    cache. On an accelerator they run as one pass (one host round trip whatever the batch).
     """
     from verifiers.inference import kv
 
@@ -513,7 +514,9 @@ def _shared_positions(model: Any, decoder: nn.Module, batch: TrainBatch,
     del out, prompt_hidden
     # 2. the completions (everything after the prompt, env tokens included) on top
     comp_lens = [t - p for t, p in zip(sharing.total_lens, sharing.prompt_lens, strict=True)]
-    buckets = length_buckets(comp_lens)
+    # Buckets save padded compute, which is what a CPU pays for; each costs a pass and a host
+    # round trip (the trained positions' nonzero), which is what a GPU pays for: one pass there.
+    buckets = length_buckets(comp_lens) if device.type == "cpu" else [list(range(len(comp_lens)))]
     row_mask = pmask.index_select(0, idx)
     if len(buckets) == 1:  # every row, in order, on the prompts' cache itself
         kv.select_rows(cache, idx)
