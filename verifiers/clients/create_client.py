@@ -101,7 +101,7 @@ def _mock_has_fields(obj: Any, fields: dict[str, Any]) -> bool:
     return any(_attribute(obj, name) is not _MISSING for name in fields)
 
 
-def to_plain(obj: Any, depth: int = 0) -> Any:
+def to_plain(obj: Any) -> Any:
     """A response object as plain JSON-like data (dicts, lists, scalars).
 
     Dicts are used as they are and pydantic models (the SDK's) go through
