@@ -248,11 +248,11 @@ class GRPOTrainer:
                     metrics.update(self._global_train_metrics(self._optimize(batch)))
                     self.version += 1
                     self.step += 1
-                    self.store.set_policy_version(self.version)
                     self._step_start = None  # the step is complete: a checkpoint from here on holds it
                     self._unsynced = metrics  # logged by the handler below if the sync fails
                     metrics.update(self.sync.after_step(self.version))  # vLLM: timings, probe, requests
                     self._unsynced = None
+                    self.store.set_policy_version(self.version)  # after every rank's sync (Ray: rank 0's store)
                     self.stop.settled()
                     metrics.update(step_metrics(self.version, versions, info, t_train, t_step, time.perf_counter()))
                     metrics.update(self.generator.metrics())  # Ray: groups rerun because a worker died

@@ -15,6 +15,14 @@ Design (docs/scaling.md, "Ray"):
   groups are sent to another worker. Nothing is counted twice: the store keys groups by id,
   so a group the dead worker had already put is overwritten by the rerun, or ignored if the
   trainer had taken it, and the batch counts each group once, from the run that reported.
+
+With several training processes (``accelerate launch``) rank 0 starts all of this and the other
+ranks join it (`start_for_trainer`; the split of each step is `trainers.grpo.ray.shares`). With
+the embedded engine only rank 0's engine is served to the workers, the others' stay idle: the
+replicas hold the same weights after every step (DDP), and per-sample seeds make a sample the
+same whichever engine draws it, so one server is enough and the workers need one address, not
+a routing of groups to ranks. Against vLLM the sync is `OneWriterSync` (rank 0 pushes, the others
+wait), and rank 0 moves the store's policy version once per step, after that sync.
 """
 
 from __future__ import annotations
@@ -28,12 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainers.grpo.data.generator import BatchGenerator, RolloutBatch
+from trainers.grpo.data.sampler import rank_groups
 from trainers.grpo.data.scoring import ScoringFailures, merge_failures
 from trainers.grpo.data.store import ExperienceStore, PutStatus
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.ray.cluster import require_ray
+from trainers.grpo.ray.shares import STORE_NAMESPACE, FollowerGenerator, RankShareStore
 from trainers.grpo.ray.store import RayExperienceStore
 from trainers.grpo.sync.base import ExternalServerSync
+from trainers.grpo.sync.ranked import OneWriterSync
 from trainers.grpo.sync.weight_sync import SharedEngineSync, WeightSync
 from verifiers.clients import make_client
 from verifiers.clients.balanced import ChatTarget, make_chat_client
@@ -152,11 +163,14 @@ class RayBatchGenerator(BatchGenerator):
 
     def __init__(self, env: Environment, rows: Sequence[dict[str, Any]], *, spec: WorkerSpec,
                  store: RayExperienceStore, num_workers: int, worker_num_cpus: float, max_worker_restarts: int,
-                 worker_resources: dict[str, float] | None = None, **generator_kwargs: Any) -> None:
+                 worker_resources: dict[str, float] | None = None, trainer_ranks: int = 1,
+                 **generator_kwargs: Any) -> None:
         ray = require_ray()
         super().__init__(env, rows, make_client=lambda: None, model_name=spec.model_name,
                          sampling_args=spec.sampling_args, max_concurrent=spec.max_concurrent,
                          rollout_timeout_s=spec.rollout_timeout_s, **generator_kwargs)
+        self.trainer_ranks = trainer_ranks
+        self._share = len(rank_groups(self.P, 0, trainer_ranks))  # refuses a batch the ranks cannot split
         self.spec = spec
         self.store = store
         self._actor_cls = ray.remote(num_cpus=worker_num_cpus, resources=dict(worker_resources or {}),
@@ -166,6 +180,11 @@ class RayBatchGenerator(BatchGenerator):
         self.workers: list[Any] = [self._new_worker() for _ in range(num_workers)]
         self._next_worker = 0
         self.retried_groups = 0
+
+    @property
+    def groups_per_rank(self) -> int:
+        """Groups of a batch each training process trains: this generator generates all of them."""
+        return self._share
 
     def _new_worker(self) -> Any:
         self._started += 1
@@ -250,24 +269,31 @@ class RayBatchGenerator(BatchGenerator):
 @dataclass
 class RayRollouts:
     """What a Ray run starts besides the trainer: the engine's HTTP server (None with external
-    servers), the store, the workers."""
+    servers, and on ranks other than 0), the store, the workers.
 
-    generator: RayBatchGenerator
-    store: RayExperienceStore
+    ``generator``: a `RayBatchGenerator`, or a `FollowerGenerator` on ranks other than 0;
+    ``store``: the `RayExperienceStore`, or with several processes each rank's `RankShareStore`.
+    """
+
+    generator: BatchGenerator
+    store: RayExperienceStore | RankShareStore
     server: Any
     started_ray: bool
 
     def close(self) -> None:
-        """Stop the workers, the store actor and the server; shut Ray down if this run started it."""
+        """Stop the workers, the store actor and the server; leave Ray if this process joined or started it
+        (the cluster ends with the process that started it). Ranks other than 0 only leave."""
         import contextlib
 
         import ray
 
-        with contextlib.suppress(Exception):
-            self.generator.kill_workers()  # the trainer closes the generator's loop itself
+        kill = getattr(self.generator, "kill_workers", None)
+        if kill is not None:
+            with contextlib.suppress(Exception):
+                kill()  # the trainer closes the generator's loop itself
         with contextlib.suppress(Exception):
             self.store.close()
-        if self.server is not None:  # None: the workers use external servers
+        if self.server is not None:  # None: the workers use external servers, or not this rank's
             self.server.stop()
         if self.started_ray:
             ray.shutdown()
@@ -275,9 +301,13 @@ class RayRollouts:
 
 def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]], engine: Any,
                        sampling_args: dict[str, Any], *, store_kwargs: dict[str, Any],
-                       targets: Sequence[ChatTarget] = (), tokenizer_path: str | None = None) -> RayRollouts:
+                       targets: Sequence[ChatTarget] = (), tokenizer_path: str | None = None,
+                       store_name: str | None = None, trainer_ranks: int = 1) -> RayRollouts:
     """Join or start Ray, start the store actor and the workers; the workers generate from ``engine``
-    (served here over HTTP) or, with ``targets``, from those external servers directly."""
+    (served here over HTTP) or, with ``targets``, from those external servers directly.
+
+    ``store_name``: the store actor's name (in `STORE_NAMESPACE`), for other processes to find it;
+    ``trainer_ranks``: the training processes that share each batch (`RayBatchGenerator`)."""
     import os
 
     from trainers.grpo.ray.cluster import init_ray
@@ -294,7 +324,8 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
         else:
             server, base_url, key = _serve_engine(cfg, engine)
             tokenizer_path = getattr(engine.tokenizer, "name_or_path", None) or None
-        store = RayExperienceStore(max_groups=rc.store_max_groups, **store_kwargs)
+        store = RayExperienceStore(max_groups=rc.store_max_groups, name=store_name,
+                                   namespace=STORE_NAMESPACE if store_name else None, **store_kwargs)
         spec = WorkerSpec(env_id=cfg.env_id, env_args=dict(cfg.env_args), base_url=base_url,
                           model_name=cfg.server_model_name, sampling_args=sampling_args,
                           max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
@@ -304,7 +335,7 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
             env, rows, spec=spec, store=store, num_workers=rc.num_workers, worker_num_cpus=rc.worker_num_cpus,
             max_worker_restarts=rc.max_worker_restarts, prompts_per_step=cfg.prompts_per_step,
             num_generations=cfg.num_generations, seed=cfg.seed, timeout_s=cfg.generation_timeout_s,
-            worker_resources=rc.worker_resources,
+            worker_resources=rc.worker_resources, trainer_ranks=trainer_ranks,
         )
     except BaseException:
         if server is not None:
@@ -342,17 +373,76 @@ def _serve_engine(cfg: Any, engine: Any) -> tuple[Any, str, str]:
 
 def start_for_trainer(cfg: Any, dist: Dist, sync: WeightSync, env: Environment, rows: Sequence[dict[str, Any]],
                       sampling_args: dict[str, Any], store_kwargs: dict[str, Any]) -> RayRollouts:
-    """``[ray]``: serve the trainer's embedded engine to Ray rollout workers; the store becomes an actor."""
+    """``[ray]``: rollout workers generate from the trainer's embedded engine (served over HTTP) or from
+    the sync's servers; the store becomes an actor. With several processes rank 0 starts it all and
+    the other ranks join (`_start_ranks`)."""
+    engine, targets, tokenizer_path = _inference(sync)
     if dist.active:
-        raise ConfigError(f"[ray] with {dist.world_size} training processes is not supported yet: "
-                          "train in one process with Ray rollout workers, or drop [ray] under accelerate launch")
+        return _start_ranks(cfg, dist, env, rows, engine, sampling_args, store_kwargs, targets, tokenizer_path)
+    return start_ray_rollouts(cfg, env, rows, engine, sampling_args, store_kwargs=store_kwargs, targets=targets,
+                              tokenizer_path=tokenizer_path)
+
+
+def _inference(sync: WeightSync) -> tuple[Any, list[ChatTarget], str | None]:
+    """What the workers generate from: ``(engine, [], None)`` for the embedded engine, else
+    ``(None, the servers, the policy's tokenizer path)``."""
     if isinstance(sync, SharedEngineSync):
-        return start_ray_rollouts(cfg, env, rows, sync.engine, sampling_args, store_kwargs=store_kwargs)
-    if isinstance(sync, ExternalServerSync) and hasattr(sync, "targets"):
-        # vLLM servers (or a vf-serve): the workers call them directly; the trainer syncs them after
-        # each step as in one process, and the policy version it passes on is what the store enforces.
-        tokenizer_path = getattr(getattr(sync, "tokenizer", None), "name_or_path", None) or None
-        return start_ray_rollouts(cfg, env, rows, None, sampling_args, store_kwargs=store_kwargs,
-                                  targets=sync.targets(), tokenizer_path=tokenizer_path)
+        return sync.engine, [], None
+    # vLLM servers (or a vf-serve): the workers call them directly; the trainer syncs them after each
+    # step as without Ray (with several processes rank 0 pushes: OneWriterSync around the same sync),
+    # and the policy version it passes on is what the store enforces.
+    servers = sync.inner if isinstance(sync, OneWriterSync) else sync
+    if isinstance(servers, ExternalServerSync) and hasattr(servers, "targets"):
+        tokenizer_path = getattr(getattr(servers, "tokenizer", None), "name_or_path", None) or None
+        return None, servers.targets(), tokenizer_path
     raise ConfigError(f"[ray] cannot hand {type(sync).__name__}'s server to rollout workers: use the embedded "
                       "engine, base_url or [vllm]")
+
+
+def _start_ranks(cfg: Any, dist: Dist, env: Environment, rows: Sequence[dict[str, Any]], engine: Any,
+                 sampling_args: dict[str, Any], store_kwargs: dict[str, Any], targets: list[ChatTarget],
+                 tokenizer_path: str | None) -> RayRollouts:
+    """Rank 0 starts Ray, the workers and a named store (its engine served, if any); then every other
+    rank joins the cluster at the address rank 0 reports and attaches to the store by name."""
+    from trainers.grpo.ray.cluster import cluster_address, join_ray
+
+    mine: list[RayRollouts] = []
+
+    def lead() -> tuple[str, str, str | None, str]:
+        name = f"vf-store-{secrets.token_hex(8)}"
+        mine.append(start_ray_rollouts(cfg, env, rows, engine, sampling_args, store_kwargs=store_kwargs,
+                                       targets=targets, tokenizer_path=tokenizer_path, store_name=name,
+                                       trainer_ranks=dist.world_size))
+        return (*cluster_address(), name)
+
+    address, node_ip, auth_mode, name = dist.on_main("starting Ray rollouts", lead)
+    run: RayRollouts | None = mine[0] if mine else None
+    failure: BaseException | None = None
+    if run is not None:
+        run.store = RankShareStore(run.store, dist, store_kwargs)  # type: ignore[arg-type]
+    else:
+        joined = False
+        try:
+            joined = join_ray(address, node_ip, auth_mode)
+            store = RankShareStore(RayExperienceStore.attach(name, STORE_NAMESPACE), dist, store_kwargs)
+            generator = FollowerGenerator(
+                env, rows, model_name=cfg.server_model_name, sampling_args=sampling_args,
+                prompts_per_step=cfg.prompts_per_step, num_generations=cfg.num_generations, seed=cfg.seed,
+                max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
+                timeout_s=cfg.generation_timeout_s, rank=dist.rank, world_size=dist.world_size)
+            run = RayRollouts(generator, store, None, joined)
+        except Exception as exc:
+            failure = exc
+            if joined:
+                import ray
+
+                ray.shutdown()
+    if dist.any_rank(failure is not None):  # every rank stops, or rank 0 would wait for the others forever
+        if run is not None:
+            run.generator.close()
+            run.close()
+        if failure is not None:
+            raise failure
+        raise ConfigError(f"a training process could not join rank 0's Ray cluster at {address}: see its error above")
+    assert run is not None
+    return run

@@ -13,6 +13,12 @@ threads do around the in-process store's condition variable.
 
 `RayExperienceStore` is picklable (it holds only the actor handle), so it can be handed to
 the rollout workers; async callers (the workers' event loops) use `aput`.
+
+With several training processes the actor is rank 0's, created under a name the other ranks
+look up (`RayExperienceStore.attach`). A step's groups are handed out once, to rank 0
+(`claim`), which is what the store's consumption and staleness rules see; the actor splits
+them into one contiguous share per rank, by group id, and each rank fetches its own share
+(`take_share`) straight from the actor (`trainers.grpo.ray.shares`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 from trainers.grpo.data.store import ExperienceBatch, ExperienceStore, PutStatus
 from trainers.grpo.ray.cluster import require_ray
 from trainers.grpo.ray.wire import decode_columns, encode_columns
+from verifiers.errors import ConfigError
 
 
 class StoreActor:
@@ -30,6 +37,9 @@ class StoreActor:
 
     def __init__(self, **store_kwargs: Any) -> None:
         self.store = ExperienceStore(**store_kwargs)
+        self.claim_id = 0
+        self.shares: list[ExperienceBatch | None] = []  # the last claim's, one per rank, until taken
+        self.left: set[int] = set()  # training processes that disconnected (see `leave`)
 
     def put(self, group_id: Hashable, columns: dict[str, Any], **kwargs: Any) -> PutStatus:
         return self.store.put(group_id, decode_columns(columns), **kwargs)
@@ -45,6 +55,38 @@ class StoreActor:
         """The store's other methods, whose arguments and results are small."""
         return getattr(self.store, method)(*args, **kwargs)
 
+    def claim(self, consumer: str, columns: Sequence[str], num_groups: int, ranks: int, *,
+              allow_partial: bool = False) -> tuple[int, list[int]] | None:
+        """Take ``num_groups`` whole groups (one `get`) and split them into ``ranks`` shares.
+
+        Returns ``(claim id, groups per share)``, or None when the store had too few. The shares
+        are contiguous runs of the groups sorted by id: the split `rank_groups` makes of a batch,
+        so with whole batches every rank gets the groups it would have generated itself.
+        """
+        batch = self.store.get(consumer, columns, num_groups, allow_partial=allow_partial)
+        if batch is None:
+            return None
+        self.claim_id += 1
+        self.shares = split_groups(batch, ranks)
+        return self.claim_id, [0 if b is None else b.num_groups for b in self.shares]
+
+    def take_share(self, claim_id: int, rank: int) -> ExperienceBatch | None:
+        """Rank ``rank``'s share of claim ``claim_id`` (packed), once; None for an empty share."""
+        if claim_id != self.claim_id or rank >= len(self.shares):
+            raise ConfigError(f"rank {rank} asked for its share of claim {claim_id}, the store holds claim "
+                              f"{self.claim_id}: the training processes are out of step")
+        batch, self.shares[rank] = self.shares[rank], None
+        if batch is not None:
+            batch.columns = encode_columns(batch.columns)
+        return batch
+
+    def leave(self, rank: int) -> None:
+        """Training process ``rank`` is done with the store (rank 0 waits for this before shutting Ray down)."""
+        self.left.add(rank)
+
+    def num_left(self) -> int:
+        return len(self.left)
+
     def node_id(self) -> str:
         """The Ray node this actor runs on (the trainer's: see `RayExperienceStore`)."""
         import ray
@@ -55,7 +97,8 @@ class StoreActor:
 class RayExperienceStore:
     """Same API as `ExperienceStore`; the table lives in a Ray actor (see module doc)."""
 
-    def __init__(self, *, max_concurrency: int = 16, name: str | None = None, **store_kwargs: Any) -> None:
+    def __init__(self, *, max_concurrency: int = 16, name: str | None = None, namespace: str | None = None,
+                 **store_kwargs: Any) -> None:
         ray = require_ray()
         ExperienceStore(**store_kwargs)  # the same argument checks, raised here in the caller
         # On the trainer's own node: a rollout node that dies (spot instance, OOM) must not take the
@@ -67,8 +110,19 @@ class RayExperienceStore:
         options: dict[str, Any] = {"scheduling_strategy": here}
         if name:
             options["name"] = name
+        if namespace:
+            options["namespace"] = namespace
         self.actor = actor_cls.options(**options).remote(**store_kwargs)
         self.consumers = tuple(store_kwargs.get("consumers", ("trainer",)))
+
+    @classmethod
+    def attach(cls, name: str, namespace: str) -> RayExperienceStore:
+        """A handle to the store actor another process created as ``name`` (rank 0's, from the other ranks)."""
+        ray = require_ray()
+        self = cls.__new__(cls)
+        self.actor = ray.get_actor(name, namespace=namespace)
+        self.consumers = tuple(ray.get(self.actor.call.remote("__getattribute__", "consumers")))
+        return self
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray
@@ -99,6 +153,40 @@ class RayExperienceStore:
         if batch is not None:
             batch.columns = decode_columns(batch.columns)
         return batch
+
+    # -- several training processes (trainers.grpo.ray.shares) ----------------------------------
+    def claim(self, consumer: str, columns: Sequence[str], num_groups: int, ranks: int, *,
+              allow_partial: bool = False) -> tuple[int, list[int]] | None:
+        import ray
+
+        return ray.get(self.actor.claim.remote(consumer, list(columns), num_groups, ranks,
+                                               allow_partial=allow_partial))
+
+    def take_share(self, claim_id: int, rank: int) -> ExperienceBatch | None:
+        import ray
+
+        batch = ray.get(self.actor.take_share.remote(claim_id, rank))
+        if batch is not None:
+            batch.columns = decode_columns(batch.columns)
+        return batch
+
+    def leave(self, rank: int) -> None:
+        import ray
+
+        ray.get(self.actor.leave.remote(rank))
+
+    def wait_for_leaves(self, count: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until ``count`` other processes have called `leave`; True if they did."""
+        import time
+
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        while ray.get(self.actor.num_left.remote()) < count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def set_policy_version(self, version: int) -> int:
         return int(self._call("set_policy_version", version))
@@ -135,3 +223,32 @@ class RayExperienceStore:
         import ray
 
         ray.kill(self.actor)
+
+
+def split_groups(batch: ExperienceBatch, ranks: int) -> list[ExperienceBatch | None]:
+    """``batch``'s groups sorted by id, cut into ``ranks`` contiguous shares (sizes differ by at most
+    one; None for an empty share), each re-indexed from group 0 as `ExperienceStore.get` does."""
+    order = sorted(range(batch.num_groups), key=lambda g: batch.group_ids[g])  # type: ignore[arg-type,return-value]
+    rows: dict[int, list[int]] = {}
+    for r, g in enumerate(batch.group_index):
+        rows.setdefault(g, []).append(r)
+    base, extra = divmod(len(order), ranks)
+    shares: list[ExperienceBatch | None] = []
+    start = 0
+    for rank in range(ranks):
+        mine = order[start:start + base + (1 if rank < extra else 0)]
+        start += len(mine)
+        if not mine:
+            shares.append(None)
+            continue
+        share = ExperienceBatch(group_ids=[], group_index=[], policy_versions=[],
+                                columns={c: [] for c in batch.columns})
+        for i, g in enumerate(mine):
+            share.group_ids.append(batch.group_ids[g])
+            for r in rows[g]:
+                share.group_index.append(i)
+                share.policy_versions.append(batch.policy_versions[r])
+                for c, values in batch.columns.items():
+                    share.columns[c].append(values[r])
+        shares.append(share)
+    return shares
