@@ -143,6 +143,58 @@ def test_ray_store_sends_rows_packed_and_pushes_back_when_full(ray_cluster: set[
         store.close()
 
 
+def test_split_groups_cuts_contiguous_shares_by_group_id() -> None:
+    from trainers.grpo.data.store import ExperienceBatch
+    from trainers.grpo.ray.store import split_groups
+
+    # 5 groups handed out in completion order (ids 7, 5, 9, 6, 8), rows of unequal counts
+    ids = [7, 5, 9, 6, 8]
+    index = [0, 0, 1, 2, 2, 2, 3, 4]
+    batch = ExperienceBatch(group_ids=list(ids), group_index=index, policy_versions=[ids[g] for g in index],
+                            columns={"x": [f"{ids[g]}.{r}" for r, g in enumerate(index)]})
+    full = split_groups(ExperienceBatch(group_ids=ids[:4], group_index=[0, 0, 1, 2, 2, 3], policy_versions=[0] * 6,
+                                        columns={"x": list(range(6))}), 2)
+    assert [s.group_ids for s in full] == [[5, 6], [7, 9]]  # sorted by id, then contiguous halves
+    assert full[0].group_index == [0, 1] and full[0].columns["x"] == [2, 5]
+    assert full[1].group_index == [0, 0, 1, 1] and full[1].columns["x"] == [0, 1, 3, 4]
+    three = split_groups(batch, 3)  # partial: sizes 2, 2, 1
+    assert [s.group_ids for s in three] == [[5, 6], [7, 8], [9]]
+    assert three[1].group_index == [0, 0, 1] and three[1].columns["x"] == ["7.0", "7.1", "8.7"]
+    assert three[1].policy_versions == [7, 7, 8]  # each row keeps its group's version
+    assert split_groups(batch, 7)[5:] == [None, None]  # fewer groups than ranks: empty shares
+
+
+def test_ray_store_claims_a_step_once_and_each_rank_takes_its_share(ray_cluster: set[int]) -> None:
+    """What `RankShareStore` does on 2 ranks, against the actor: one `get` of the whole step (the
+    store's counters and staleness see one consumer), then each rank fetches its share once."""
+    from trainers.grpo.ray.shares import STORE_NAMESPACE
+    from trainers.grpo.ray.store import RayExperienceStore
+
+    store = RayExperienceStore(consumers=("trainer",), columns=("ids", "reward"), max_staleness=1,
+                               name="vf-test-store", namespace=STORE_NAMESPACE)
+    try:
+        other = RayExperienceStore.attach("vf-test-store", STORE_NAMESPACE)  # what rank 1 does
+        for gid in (3, 1, 2, 0):  # out of order, as workers finish
+            other.put(gid, {"ids": [[gid], [gid, gid]], "reward": [0.0, 1.0]}, policy_version=0)
+        assert store.claim("trainer", ["ids", "reward"], 6, 2) is None  # too few for 2 x 3
+        claim_id, sizes = store.claim("trainer", ["ids", "reward"], 4, 2)
+        assert sizes == [2, 2] and store.num_available("trainer", ["ids", "reward"]) == 0
+        mine, theirs = store.take_share(claim_id, 0), other.take_share(claim_id, 1)
+        assert mine.group_ids == [0, 1] and theirs.group_ids == [2, 3]
+        assert theirs.columns["ids"] == [[2], [2, 2], [3], [3, 3]] and theirs.group_index == [0, 0, 1, 1]
+        assert store.take_share(claim_id, 0) is None  # taken once
+        with pytest.raises(ConfigError, match="out of step"):
+            other.take_share(claim_id - 1, 1)
+        stats = store.stats()
+        assert stats["put_groups"] == 4 and stats["live_groups"] == 0  # handed out once, released
+        store.set_policy_version(2)
+        assert other.put(9, {"ids": [[1]], "reward": [0.0]}, policy_version=0) == "stale"
+        other.leave(1)
+        assert store.wait_for_leaves(1, timeout_s=5) and not store.wait_for_leaves(2, timeout_s=0.2)
+    finally:
+        store.close()
+
+
 # -- rollout workers --------------------------------------------------------------------------
 def sampling(cfg: TrainConfig) -> dict[str, Any]:
     return {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature, "top_p": cfg.top_p, "logprobs": True,
