@@ -418,9 +418,7 @@ def _start_ranks(cfg: Any, dist: Dist, env: Environment, rows: Sequence[dict[str
     address, node_ip, auth_mode, name = dist.on_main("starting Ray rollouts", lead)
     run: RayRollouts | None = mine[0] if mine else None
     failure: BaseException | None = None
-    if run is not None:
-        run.store = RankShareStore(run.store, dist, store_kwargs)  # type: ignore[arg-type]
-    else:
+    if run is None:
         joined = False
         try:
             joined = join_ray(address, node_ip, auth_mode)
@@ -445,4 +443,6 @@ def _start_ranks(cfg: Any, dist: Dist, env: Environment, rows: Sequence[dict[str
             raise failure
         raise ConfigError(f"a training process could not join rank 0's Ray cluster at {address}: see its error above")
     assert run is not None
+    if dist.is_main:  # every rank joined: from here on rank 0 takes each step for all of them
+        run.store = RankShareStore(run.store, dist, store_kwargs)  # type: ignore[arg-type]
     return run
