@@ -168,7 +168,7 @@ def test_ray_store_claims_a_step_once_and_each_rank_takes_its_share(ray_cluster:
     """What `RankShareStore` does on 2 ranks, against the actor: one `get` of the whole step (the
     store's counters and staleness see one consumer), then each rank fetches its share once."""
     from trainers.grpo.ray.shares import STORE_NAMESPACE
-    from trainers.grpo.ray.store import RayExperienceStore
+    from trainers.grpo.ray.store import RayExperienceStore, SharesOutOfStepError
 
     store = RayExperienceStore(consumers=("trainer",), columns=("ids", "reward"), max_staleness=1,
                                name="vf-test-store", namespace=STORE_NAMESPACE)
@@ -183,7 +183,7 @@ def test_ray_store_claims_a_step_once_and_each_rank_takes_its_share(ray_cluster:
         assert mine.group_ids == [0, 1] and theirs.group_ids == [2, 3]
         assert theirs.columns["ids"] == [[2], [2, 2], [3], [3, 3]] and theirs.group_index == [0, 0, 1, 1]
         assert store.take_share(claim_id, 0) is None  # taken once
-        with pytest.raises(ConfigError, match="out of step"):
+        with pytest.raises(SharesOutOfStepError, match="out of step"):
             other.take_share(claim_id - 1, 1)
         stats = store.stats()
         assert stats["put_groups"] == 4 and stats["live_groups"] == 0  # handed out once, released

@@ -23,13 +23,18 @@ them into one contiguous share per rank, by group id, and each rank fetches its 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from trainers.grpo.data.store import ExperienceBatch, ExperienceStore, PutStatus
 from trainers.grpo.ray.cluster import require_ray
 from trainers.grpo.ray.wire import decode_columns, encode_columns
-from verifiers.errors import ConfigError
+from verifiers.errors import VFError
+
+
+class SharesOutOfStepError(VFError):
+    """A training process asked for a share of a claim the store no longer holds (a bug, not a setting)."""
 
 
 class StoreActor:
@@ -37,6 +42,7 @@ class StoreActor:
 
     def __init__(self, **store_kwargs: Any) -> None:
         self.store = ExperienceStore(**store_kwargs)
+        self.claim_lock = threading.Lock()  # a claim and the ranks' takes run on the actor's threads
         self.claim_id = 0
         self.shares: list[ExperienceBatch | None] = []  # the last claim's, one per rank, until taken
         self.left: set[int] = set()  # training processes that disconnected (see `leave`)
@@ -63,19 +69,21 @@ class StoreActor:
         are contiguous runs of the groups sorted by id: the split `rank_groups` makes of a batch,
         so with whole batches every rank gets the groups it would have generated itself.
         """
-        batch = self.store.get(consumer, columns, num_groups, allow_partial=allow_partial)
-        if batch is None:
-            return None
-        self.claim_id += 1
-        self.shares = split_groups(batch, ranks)
-        return self.claim_id, [0 if b is None else b.num_groups for b in self.shares]
+        with self.claim_lock:
+            batch = self.store.get(consumer, columns, num_groups, allow_partial=allow_partial)
+            if batch is None:
+                return None
+            self.claim_id += 1
+            self.shares = split_groups(batch, ranks)
+            return self.claim_id, [0 if b is None else b.num_groups for b in self.shares]
 
     def take_share(self, claim_id: int, rank: int) -> ExperienceBatch | None:
         """Rank ``rank``'s share of claim ``claim_id`` (packed), once; None for an empty share."""
-        if claim_id != self.claim_id or rank >= len(self.shares):
-            raise ConfigError(f"rank {rank} asked for its share of claim {claim_id}, the store holds claim "
-                              f"{self.claim_id}: the training processes are out of step")
-        batch, self.shares[rank] = self.shares[rank], None
+        with self.claim_lock:
+            if claim_id != self.claim_id or rank >= len(self.shares):
+                raise SharesOutOfStepError(f"rank {rank} asked for its share of claim {claim_id}, the store holds "
+                                           f"claim {self.claim_id}: the training processes are out of step")
+            batch, self.shares[rank] = self.shares[rank], None
         if batch is not None:
             batch.columns = encode_columns(batch.columns)
         return batch
