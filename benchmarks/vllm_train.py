@@ -16,6 +16,18 @@ whole weight sync (write, reload, cache reset, version, probe), ``push_s`` the w
 The last line printed is one JSON object.
 
     python benchmarks/vllm_train.py [--steps 40] [--skip 5]
+
+``--seeds N`` measures learning instead of speed: the same config trained to its ``max_steps``
+with seeds 0..N-1, on two model shapes (the config's own, head size 32, and vf-tiny's
+``--hidden-size 128 --heads 2 --kv-heads 1``, head size 64 as vLLM's CPU attention also takes)
+and two paths (the embedded engine and one managed vLLM server). Each run reports its mean
+reward over the first and last tenth of the steps, the largest probe difference of its syncs,
+the largest sampler-versus-learner logprob gap, and the share of steps after the first tenth
+whose groups all had zero reward spread at a mean reward under 0.5 (a policy collapsed onto one
+answer gets no gradient, and stays stuck). The JSON line says
+whether every run ended at or above ``--target`` (0.8).
+
+    python benchmarks/vllm_train.py --seeds 3 [--learn-steps 200] [--target 0.8]
 """
 
 from __future__ import annotations
@@ -64,11 +76,64 @@ def run(name: str, extra: list[str], steps: int, skip: int, tmp: Path) -> dict[s
     return res
 
 
+SHAPES = {
+    "head32": [],  # the config's [tiny_model]: hidden 64, 2 heads
+    "head64": ["--tiny_model.hidden_size", "128", "--tiny_model.num_attention_heads", "2",
+               "--tiny_model.num_key_value_heads", "1"],
+}
+PATHS = {"embedded": RUNS["inprocess"], "vllm": RUNS["vllm_1"]}
+
+
+def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path) -> dict[str, float | int | str]:
+    """One training run to the end; the learning figures from its metrics.jsonl."""
+    out = tmp / f"{shape}_{path}_{seed}"
+    extra = [*SHAPES[shape], *PATHS[path], "--seed", str(seed)]
+    if steps is not None:
+        extra += ["--max_steps", str(steps)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.grpo.cli", str(CONFIG), "--output_dir", str(out), "--progress", "false",
+         "--plot", "false", "--num_sample_completions", "0", "--save_every", "0", *extra],
+        capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shape}/{path}/seed {seed} failed:\n{proc.stderr[-3000:]}")
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    tenth = max(1, len(rows) // 10)
+    rewards = [r["reward"] for r in rows]
+    res: dict[str, float | int | str] = {
+        "shape": shape, "path": path, "seed": seed, "steps": len(rows),
+        "reward_first": round(statistics.fmean(rewards[:tenth]), 3),
+        "reward_last": round(statistics.fmean(rewards[-tenth:]), 3),
+        "probe_max_abs_diff": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=0.0),
+        "sampler_logp_diff_max": max((r.get("sampler/logp_diff_max", 0.0) for r in rows), default=0.0),
+        "stuck_steps": round(statistics.fmean(r["frac_reward_zero_std"] >= 1.0 and r["reward"] < 0.5
+                                              for r in rows[tenth:]), 3),
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    print(json.dumps(res), flush=True)
+    return res
+
+
+def learn_all(seeds: int, steps: int | None, target: float) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [learn(shape, path, seed, steps, Path(tmp))
+                for shape in SHAPES for path in PATHS for seed in range(seeds)]
+    return {"runs": runs, "seeds": seeds, "target": target,
+            "all_reach_target": all(float(r["reward_last"]) >= target for r in runs),
+            "every_sync_verified": all(float(r["probe_max_abs_diff"]) <= 1e-3 for r in runs)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=0, help="measure learning on this many seeds instead of speed")
+    ap.add_argument("--learn-steps", type=int, default=None, help="steps per learning run (default: the config's)")
+    ap.add_argument("--target", type=float, default=0.8)
     a = ap.parse_args()
+    if a.seeds:
+        print(json.dumps(learn_all(a.seeds, a.learn_steps, a.target)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         results = {name: run(name, extra, a.steps, a.skip, Path(tmp)) for name, extra in RUNS.items()}
     base = results["inprocess"]["s_per_step"]
