@@ -5,7 +5,8 @@ once, docs/scaling.md): rank 0 alone starts the ``[vllm]`` server and stops it; 
 generates its own whole groups (an environment here logs which rank scored which prompt);
 one writer pushes the weights after each step, every sync verified by the probe on every
 server, the ranks at the same version with equal replicas; a checkpoint of 2 processes resumes
-in 1 and the other way round; no training or vLLM process is left (checked by pid).
+in 1 and the other way round; with LoRA, the adapter loaded and probed on every replica, or the
+merged weights after a resume; no training or vLLM process is left (checked by pid).
 """
 
 from __future__ import annotations
@@ -208,20 +209,25 @@ def two_servers(tmp_path_factory: pytest.TempPathFactory, tiny_vllm_spec: Any,
     assert_gone({s.pid for s in servers if s.pid is not None})
 
 
-def serve_weights_of(model: Path, servers: list[VLLMServer], tmp: Path) -> None:
-    """Every server reloads ``model``'s weights (a test before may have synced trained ones)."""
+@pytest.fixture
+def base_servers(two_servers: tuple[Path, list[VLLMServer]],
+                 tmp_path: Path) -> tuple[Path, list[VLLMServer]]:
+    """`two_servers` serving their model's own weights again (a test before may have synced trained ones)."""
     from safetensors.torch import save_file
 
     from trainers.grpo.sync.export import iter_export_weights
     from verifiers.inference.loading import load_model_and_tokenizer
 
+    model, servers = two_servers
     weights, _ = load_model_and_tokenizer(model)
-    tmp.mkdir(parents=True, exist_ok=True)
+    folder = tmp_path / "base_weights"
+    folder.mkdir()
     save_file({n: t.contiguous() for n, t in iter_export_weights(weights, include_tied=True)},
-              str(tmp / "model.safetensors"), metadata={"format": "pt"})
+              str(folder / "model.safetensors"), metadata={"format": "pt"})  # a tied head too (see sync/vllm.py)
     for s in servers:
-        VLLMAdmin(s.base_url).reload_weights(str(tmp))
+        VLLMAdmin(s.base_url).reload_weights(str(folder))
         VLLMAdmin(s.base_url).reset_prefix_cache()
+    return two_servers
 
 
 def assert_each_replica_verified(rows: list[dict[str, Any]], servers: int) -> None:
@@ -232,13 +238,12 @@ def assert_each_replica_verified(rows: list[dict[str, Any]], servers: int) -> No
 
 
 def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged(
-    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, two_servers: tuple[Path, list[VLLMServer]]
+    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, base_servers: tuple[Path, list[VLLMServer]]
 ) -> None:
     """2 processes with LoRA, ``weight_sync = 'lora'``: rank 0 loads the adapter on both servers and
     probes each through it (steps 1-2); the run resumes in 2 processes with ``weight_sync = 'reload'``
     (the merged weights; step 3). Both servers end serving the final model."""
-    model, servers = two_servers
-    serve_weights_of(model, servers, tmp_path / "base_weights")
+    model, servers = base_servers
     out, log = tmp_path / "run", tmp_path / "scored.jsonl"
     config = tmp_path / "run.toml"
     config.write_text(settings(out, log, quickstart(quickstart_vllm)["tiny_model"], None))
@@ -282,13 +287,13 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
 
 
 def test_two_external_servers_and_resume_with_another_number_of_processes(
-    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, two_servers: tuple[Path, list[VLLMServer]]
+    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, base_servers: tuple[Path, list[VLLMServer]]
 ) -> None:
     """2 processes train steps 1-2, 1 process resumes for step 3, 2 processes again for step 4."""
     from trainers.grpo.sync import probe as sync_probe
     from verifiers.inference.loading import load_model_and_tokenizer
 
-    model, servers = two_servers
+    model, servers = base_servers
     urls = ",".join(s.base_url for s in servers)
     out, log = tmp_path / "run", tmp_path / "scored.jsonl"
     config = tmp_path / "run.toml"
