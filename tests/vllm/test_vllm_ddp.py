@@ -241,8 +241,8 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
     tmp_path: Path, env_dir: Path, quickstart_vllm: Path, base_servers: tuple[Path, list[VLLMServer]]
 ) -> None:
     """2 processes with LoRA, ``weight_sync = 'lora'``: rank 0 loads the adapter on both servers and
-    probes each through it (steps 1-2); the run resumes in 2 processes with ``weight_sync = 'reload'``
-    (the merged weights; step 3). Both servers end serving the final model."""
+    probes each through it (steps 1-2); 1 process resumes with the adapter (step 3), then 2 processes
+    with ``weight_sync = 'reload'``, the merged weights (step 4). Both servers end serving the final model."""
     model, servers = base_servers
     out, log = tmp_path / "run", tmp_path / "scored.jsonl"
     config = tmp_path / "run.toml"
@@ -266,12 +266,16 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
         assert r["servers/0/requests"] > 0 and r["servers/1/requests"] > 0, r
     assert_whole_disjoint_groups(scored(log), 2)
 
-    code, output = two_processes(config, [*args, "--weight_sync", "reload", "--max_steps", "3", "--resume"], env,
-                                 tmp_path / "b.log")
+    code, output = one_process(config, [*args, "--weight_sync", "lora", "--max_steps", "3", "--resume"], env,
+                               tmp_path / "b.log")
+    assert code == 0, output[-5000:]
+    code, output = two_processes(config, [*args, "--weight_sync", "reload", "--max_steps", "4", "--resume"], env,
+                                 tmp_path / "c.log")
     assert code == 0, output[-5000:]
     rows = metrics(out)
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert_synced(rows[2:], ranks=2, servers=2)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # nothing lost, nothing twice
+    assert_synced(rows[2:3], ranks=1, servers=2)
+    assert_synced(rows[3:], ranks=2, servers=2)
     assert_each_replica_verified(rows[2:], servers=2)
     # The merged final model is what both servers serve under the base name now.
     from trainers.grpo.sync import probe as sync_probe
@@ -282,7 +286,7 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
     for s in servers:
         served = VLLMAdmin(s.base_url).prompt_logprobs("policy", ids)
         assert sync_probe.compare(s.base_url, served, sync_probe.trainer_logprobs(trained, ids)).max_abs_diff <= 1e-3
-        assert VLLMAdmin(s.base_url).weight_version() == "3"
+        assert VLLMAdmin(s.base_url).weight_version() == "4"
     assert_gone(training_pids(scored(log)))
 
 
