@@ -24,16 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # agentic is measured by benchmarks/agentic_learning.py (minutes per run); agent_program starts an agent
 # program per rollout after a 700-step warm-up that already solves the task (benchmarks/agent_learning.py;
 # its rows are tested in test_agent_program_rows.py, its warm-up phases in test_sft_warmup.py).
-SKIPPED = {"quickstart_vllm", "quickstart_ray", "agentic", "agent_program"}
+# lora_kl runs its whole shipped budget below instead (it claims a final reward, not only a rise).
+SKIPPED = {"quickstart_vllm", "quickstart_ray", "agentic", "agent_program", "lora_kl"}
 CONFIGS = [pytest.param(p, id=p.stem) for p in sorted((ROOT / "examples" / "configs").glob("*.toml"))
            if p.stem not in SKIPPED]
 STEPS = 60
 WINDOW = 10
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("config", CONFIGS)
-def test_the_reward_rises(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def train_rewards(config: Path, out: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str) -> list[float]:
+    """The shipped config trained with only quiet output, the output directory and ``overrides`` changed."""
     pytest.importorskip("torch")
     from rich.console import Console
 
@@ -41,10 +41,25 @@ def test_the_reward_rises(config: Path, tmp_path: Path, monkeypatch: pytest.Monk
     from trainers.grpo.trainer import GRPOTrainer
 
     monkeypatch.chdir(ROOT)  # configs name their data files relative to the repository
-    cfg = load_config(config, ["--max_steps", str(STEPS), "--output_dir", str(tmp_path / "run"),
-                               "--plot", "false", "--num_sample_completions", "0", "--save_every", "0",
-                               "--report_to", '["jsonl"]'])
+    cfg = load_config(config, [*overrides, "--output_dir", str(out), "--plot", "false",
+                               "--num_sample_completions", "0", "--save_every", "0", "--report_to", '["jsonl"]'])
     GRPOTrainer(cfg, console=Console(file=io.StringIO())).train()
-    rewards = [json.loads(line)["reward"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return [json.loads(line)["reward"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_reward_rises(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rewards = train_rewards(config, tmp_path / "run", monkeypatch, "--max_steps", str(STEPS))
     first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-WINDOW:]) / WINDOW
     assert last >= first + 0.05, f"{config.name}: reward {first:.3f} over the first {WINDOW} steps, {last:.3f} over the last"
+
+
+@pytest.mark.slow
+def test_lora_kl_reaches_its_documented_reward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """lora_kl.toml as shipped (200 steps after a 30-step SFT warm-up, ~20 s on an idle CPU): its header
+    says the reward goes from ~0.3 after the warm-up to >= 0.8 over the last 10%, so that is checked."""
+    rewards = train_rewards(ROOT / "examples" / "configs" / "lora_kl.toml", tmp_path / "run", monkeypatch)
+    tail = max(1, len(rewards) // 10)
+    first, last = sum(rewards[:WINDOW]) / WINDOW, sum(rewards[-tail:]) / tail
+    assert len(rewards) == 200 and first <= 0.5 and last >= 0.8, f"reward {first:.3f} -> {last:.3f}"

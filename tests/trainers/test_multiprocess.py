@@ -187,7 +187,6 @@ def test_ranks_generate_disjoint_groups_whose_union_is_the_one_process_batch(den
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"base_url": "http://127.0.0.1:9/v1", "lora": True, "weight_sync": "lora"}, "weight_sync = 'lora'"),
     ({"prompts_per_step": 3}, "must be divisible by the number of processes"),
 ])
 def test_two_processes_refuse_what_they_cannot_split(
@@ -205,6 +204,17 @@ def test_two_processes_refuse_what_they_cannot_split(
     with pytest.raises(ConfigError, match=message):
         trainer.setup()
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+@pytest.mark.parametrize("weight_sync", ["lora", "reload"])
+def test_two_processes_accept_lora_against_servers(weight_sync: str, tmp_path: Path,
+                                                   train_config: Callable[..., TrainConfig]) -> None:
+    """The adapter alone or the merged weights: rank 0 pushes either to every replica
+    (tests/vllm/test_vllm_ddp.py runs both)."""
+    from trainers.grpo.config import validate_processes
+
+    cfg = train_config(tmp_path / "run", base_url="http://127.0.0.1:9/v1", lora=True, weight_sync=weight_sync)
+    validate_processes(cfg, 2)
 
 
 def test_accelerate_cpu_launch_asks_for_its_process_count(monkeypatch: pytest.MonkeyPatch) -> None:

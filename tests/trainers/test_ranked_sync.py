@@ -7,6 +7,7 @@ error naming it, and rank 0's failure reaches another rank as the same error cla
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,29 @@ def test_fingerprint_sees_one_changed_weight() -> None:
     with torch.no_grad():
         model.weight[1, 2] += 1e-6
     assert weights_fingerprint(model) != before
+
+
+def test_fingerprint_of_a_peft_model_sees_every_trained_weight(base_model_dir: Path) -> None:
+    """With ``weight_sync = 'lora'`` only the adapter is pushed: the replica check must see a rank
+    whose adapter (or trained embedding copy) drifted, not only the frozen base weights."""
+    pytest.importorskip("peft")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_model_dir),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                      modules_to_save=["embed_tokens"], ensure_weight_tying=True))
+    before = weights_fingerprint(model)
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    kinds = {k for n, _ in trained for k in ("lora_A", "lora_B", "modules_to_save") if f".{k}." in n}
+    assert kinds == {"lora_A", "lora_B", "modules_to_save"}, [n for n, _ in trained]
+    for name, p in trained:
+        saved = p.detach().clone()
+        with torch.no_grad():
+            p.view(-1)[0] += 1e-6
+        assert weights_fingerprint(model) != before, name
+        with torch.no_grad():
+            p.copy_(saved)
 
 
 def test_a_diverged_replica_or_version_stops_the_sync() -> None:

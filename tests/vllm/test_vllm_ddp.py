@@ -5,7 +5,8 @@ once, docs/scaling.md): rank 0 alone starts the ``[vllm]`` server and stops it; 
 generates its own whole groups (an environment here logs which rank scored which prompt);
 one writer pushes the weights after each step, every sync verified by the probe on every
 server, the ranks at the same version with equal replicas; a checkpoint of 2 processes resumes
-in 1 and the other way round; no training or vLLM process is left (checked by pid).
+in 1 and the other way round; with LoRA, the adapter loaded and probed on every replica, or the
+merged weights after a resume; no training or vLLM process is left (checked by pid).
 """
 
 from __future__ import annotations
@@ -191,11 +192,15 @@ def test_two_processes_start_one_managed_server_and_sync_it_every_step(
 @pytest.fixture(scope="module")
 def two_servers(tmp_path_factory: pytest.TempPathFactory, tiny_vllm_spec: Any,
                 server_spec: Any) -> Iterator[tuple[Path, list[VLLMServer]]]:
-    """Two vLLM servers (a core each) on one tiny model, started by the test, stopped by pid."""
+    """Two vLLM servers (a core each) on one tiny model, started by the test, stopped by pid.
+
+    ``--enable-lora``: the LoRA test loads its adapter on them; the base model is served as without it.
+    """
     root = tmp_path_factory.mktemp("ddp-servers")
     model = save_tiny_model(root / "model", tiny_vllm_spec)
-    servers = start_servers([server_spec(model, cpu_cores="0", port=free_port()),
-                             server_spec(model, cpu_cores="1", port=free_port())], log_dir=root / "logs")
+    servers = start_servers([server_spec(model, cpu_cores="0", port=free_port(), enable_lora=True),
+                             server_spec(model, cpu_cores="1", port=free_port(), enable_lora=True)],
+                            log_dir=root / "logs")
     try:
         yield model, servers
     finally:
@@ -204,14 +209,95 @@ def two_servers(tmp_path_factory: pytest.TempPathFactory, tiny_vllm_spec: Any,
     assert_gone({s.pid for s in servers if s.pid is not None})
 
 
+@pytest.fixture
+def base_servers(two_servers: tuple[Path, list[VLLMServer]],
+                 tmp_path: Path) -> tuple[Path, list[VLLMServer]]:
+    """`two_servers` serving their model's own weights again (a test before may have synced trained ones)."""
+    from safetensors.torch import save_file
+
+    from trainers.grpo.sync.export import iter_export_weights
+    from verifiers.inference.loading import load_model_and_tokenizer
+
+    model, servers = two_servers
+    weights, _ = load_model_and_tokenizer(model)
+    folder = tmp_path / "base_weights"
+    folder.mkdir()
+    save_file({n: t.contiguous() for n, t in iter_export_weights(weights, include_tied=True)},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})  # a tied head too (see sync/vllm.py)
+    for s in servers:
+        VLLMAdmin(s.base_url).reload_weights(str(folder))
+        VLLMAdmin(s.base_url).reset_prefix_cache()
+    return two_servers
+
+
+def assert_each_replica_verified(rows: list[dict[str, Any]], servers: int) -> None:
+    """The probe ran on every replica at every sync (one metric per server), each within the tolerance."""
+    for r in rows:
+        diffs = [r[f"servers/{i}/probe_max_abs_diff"] for i in range(servers)]
+        assert max(diffs) <= 1e-3 and max(diffs) == r["sync/probe_max_abs_diff"], r
+
+
+def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged(
+    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, base_servers: tuple[Path, list[VLLMServer]]
+) -> None:
+    """2 processes with LoRA, ``weight_sync = 'lora'``: rank 0 loads the adapter on both servers and
+    probes each through it (steps 1-2); 1 process resumes with the adapter (step 3), then 2 processes
+    with ``weight_sync = 'reload'``, the merged weights (step 4). Both servers end serving the final model."""
+    model, servers = base_servers
+    out, log = tmp_path / "run", tmp_path / "scored.jsonl"
+    config = tmp_path / "run.toml"
+    config.write_text(settings(out, log, quickstart(quickstart_vllm)["tiny_model"], None))
+    env = child_env(env_dir)
+    args = ["--model", str(model), "--base_url", ",".join(s.base_url for s in servers), "--lora", "true",
+            "--learning_rate", "1e-2"]
+
+    code, output = two_processes(config, [*args, "--weight_sync", "lora", "--max_steps", "2"], env,
+                                 tmp_path / "a.log")
+    assert code == 0, output[-5000:]
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert_synced(rows, ranks=2, servers=2)  # sync/replica_max_diff == 0.0: adapters equal on both ranks
+    assert_each_replica_verified(rows, servers=2)
+    for s in servers:  # the adapter is loaded on each replica, at the last step's version
+        admin = VLLMAdmin(s.base_url)
+        assert "policy-lora" in admin.served_models() and admin.weight_version() == "2"
+    for r in rows:  # each rank sampled from the adapter on both replicas
+        assert r["ranks/0/requests"] > 0 and r["ranks/1/requests"] > 0, r
+        assert r["servers/0/requests"] > 0 and r["servers/1/requests"] > 0, r
+    assert_whole_disjoint_groups(scored(log), 2)
+
+    code, output = one_process(config, [*args, "--weight_sync", "lora", "--max_steps", "3", "--resume"], env,
+                               tmp_path / "b.log")
+    assert code == 0, output[-5000:]
+    code, output = two_processes(config, [*args, "--weight_sync", "reload", "--max_steps", "4", "--resume"], env,
+                                 tmp_path / "c.log")
+    assert code == 0, output[-5000:]
+    rows = metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # nothing lost, nothing twice
+    assert_synced(rows[2:3], ranks=1, servers=2)
+    assert_synced(rows[3:], ranks=2, servers=2)
+    assert_each_replica_verified(rows[2:], servers=2)
+    # The merged final model is what both servers serve under the base name now.
+    from trainers.grpo.sync import probe as sync_probe
+    from verifiers.inference.loading import load_model_and_tokenizer
+
+    trained, tok = load_model_and_tokenizer(out / "final_model")
+    ids = sync_probe.probe_token_ids(tok)
+    for s in servers:
+        served = VLLMAdmin(s.base_url).prompt_logprobs("policy", ids)
+        assert sync_probe.compare(s.base_url, served, sync_probe.trainer_logprobs(trained, ids)).max_abs_diff <= 1e-3
+        assert VLLMAdmin(s.base_url).weight_version() == "4"
+    assert_gone(training_pids(scored(log)))
+
+
 def test_two_external_servers_and_resume_with_another_number_of_processes(
-    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, two_servers: tuple[Path, list[VLLMServer]]
+    tmp_path: Path, env_dir: Path, quickstart_vllm: Path, base_servers: tuple[Path, list[VLLMServer]]
 ) -> None:
     """2 processes train steps 1-2, 1 process resumes for step 3, 2 processes again for step 4."""
     from trainers.grpo.sync import probe as sync_probe
     from verifiers.inference.loading import load_model_and_tokenizer
 
-    model, servers = two_servers
+    model, servers = base_servers
     urls = ",".join(s.base_url for s in servers)
     out, log = tmp_path / "run", tmp_path / "scored.jsonl"
     config = tmp_path / "run.toml"

@@ -275,14 +275,10 @@ def validate_run(cfg: TrainConfig, preset: AlgorithmPreset) -> None:
 def validate_processes(cfg: TrainConfig, world_size: int) -> None:
     """Refuse what several training processes (``accelerate launch``) cannot do.
 
-    Against vLLM (``base_url`` / ``[vllm]``) rank 0 is the one writer of the weights
-    (`trainers.grpo.sync.ranked`); a LoRA adapter sync is not coordinated across ranks yet.
+    Against vLLM (``base_url`` / ``[vllm]``) rank 0 is the one writer of the weights, merged or the
+    LoRA adapter alone (`trainers.grpo.sync.ranked`), so every sync transport works; what remains
+    is the split of each step's prompts into whole groups per rank.
     """
-    if (cfg.vllm is not None or cfg.base_urls) and cfg.weight_sync == "lora":
-        raise ConfigError(
-            f"{world_size} training processes with weight_sync = 'lora' against an inference server are not "
-            "supported yet: use weight_sync = 'reload' (the merged weights), or train in one process"
-        )
     if cfg.prompts_per_step % world_size:
         raise ConfigError(
             f"prompts_per_step={cfg.prompts_per_step} is the global number of prompts per step and must be "

@@ -2,8 +2,8 @@
 
 Under ``accelerate launch`` every rank holds a replica of the policy (DDP keeps them equal) and
 its own client to the servers, through which it generates its share of each step's groups. The
-servers hold one copy of the weights, so only rank 0 pushes them (`VLLMSync`: checkpoint reload
-or NCCL) and checks them with the logprob probe; every other rank waits for the outcome
+servers hold one copy of the weights, so only rank 0 pushes them (`VLLMSync`: checkpoint reload,
+NCCL, or the LoRA adapter alone, loaded on every replica) and checks them with the logprob probe; every other rank waits for the outcome
 (`Dist.on_main`), so none sends a request of the next step before the new weights are served.
 Around each sync the ranks also check what the single-process path never has to:
 
@@ -48,6 +48,9 @@ class Ranks(Protocol):
 def weights_fingerprint(model: Any) -> list[float] | None:
     """Per-parameter sums (and sums of squares) in float64: equal replicas give equal lists.
 
+    Every parameter counts, frozen or not: for a peft model that is the base weights and the
+    adapters (``lora_A``/``lora_B``, and any ``modules_to_save`` copy), so replicas whose adapters
+    drifted apart differ here even though a ``lora`` sync pushes rank 0's adapter alone.
     None for a sharded model (DTensor parameters): each rank holds a different shard, so
     comparing shards would say nothing about the replicas.
     """

@@ -17,10 +17,12 @@ After each optimizer step (`VLLMSync.after_step`):
    version is recorded on the server (``/update_weight_version``);
 4. generation resumes (when it was paused);
 5. the sync is verified (`trainers.grpo.sync.probe`): each server's logprobs on a fixed probe
-   must equal the trainer's within the tolerance, or the run stops with `WeightSyncError`
-   naming the server, the position and both values. In synchronous mode this happens before
-   any request of the next batch is sent; with generation ahead, before any sample of the new
-   policy is trained on (a paused server would hold the probe back too).
+   (with ``lora``, through the adapter) must equal the trainer's within the tolerance, or the run
+   stops with `WeightSyncError` naming the server, the position and both values; each server's
+   difference is logged (``servers/<i>/probe_max_abs_diff``, ``i`` its place in ``base_url``).
+   In synchronous mode this happens before any request of the next batch is sent; with
+   generation ahead, before any sample of the new policy is trained on (a paused server would
+   hold the probe back too).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class VLLMSync(ExternalServerSync):
         if transport == "lora" and not hasattr(model, "peft_config"):
             raise ConfigError("weight_sync = 'lora' syncs the LoRA adapter only: set lora = true")
         self.admins = [VLLMAdmin(u, api_key=api_key) for u in base_urls]
+        self.positions = {a.base_url: i for i, a in enumerate(self.admins)}  # metric index = place in base_url
         self.model, self.tokenizer = model, tokenizer
         self.transport = transport
         self.served_name = model_name
@@ -247,10 +250,12 @@ class VLLMSync(ExternalServerSync):
     def _verify(self, version: int) -> dict[str, float]:
         trained = sync_probe.trainer_logprobs(self.model, self.probe_ids)
         worst = 0.0
+        per_server: dict[str, float] = {}
         for a in self.admins:
             served = a.prompt_logprobs(self.model_name, self.probe_ids)
             check = sync_probe.compare(a.root, served, trained)
             worst = max(worst, check.max_abs_diff)
+            per_server[f"servers/{self.positions[a.base_url]}/probe_max_abs_diff"] = check.max_abs_diff
             if not check.ok(self.tolerance):
                 tok = self.probe_ids[check.position + 1] if check.position >= 0 else None
                 raise WeightSyncError(
@@ -263,4 +268,4 @@ class VLLMSync(ExternalServerSync):
                 )
         change = sync_probe.max_change(self._last_probe, trained)
         self._last_probe = trained
-        return {"sync/probe_max_abs_diff": worst, "sync/probe_change": change}
+        return {"sync/probe_max_abs_diff": worst, "sync/probe_change": change, **per_server}
