@@ -10,6 +10,11 @@ alone. So when this process finds itself in that situation, it reads the launche
 arguments (its parent's command line, parsed by accelerate's parser) and relaunches itself
 with N processes on this machine; without the count it stops with a message saying how to
 launch instead.
+
+FSDP: ``vf-train CONFIG --num_processes N --fsdp`` relaunches with accelerate's ``--use_fsdp``
+and the settings of examples/accelerate/fsdp.yaml (FSDP2, each decoder layer a unit,
+parameters resharded after forward, full state dicts); the processes then shard the model
+(`trainers.grpo.learn.fsdp`). A ``--cpu`` launch of an FSDP config relaunches as FSDP too.
 """
 
 from __future__ import annotations
@@ -76,8 +81,25 @@ def pop_num_processes(args: list[str]) -> int | None:
     return None
 
 
-def relaunch(num_processes: int, argv: Sequence[str], *, cpu: bool) -> int:
-    """Run ``trainers.grpo.cli argv`` in ``num_processes`` processes on this machine; their exit code."""
+def pop_fsdp(args: list[str]) -> bool:
+    """Remove vf-train's ``--fsdp`` flag; whether it was there."""
+    if "--fsdp" not in args:
+        return False
+    args.remove("--fsdp")
+    return True
+
+
+FSDP_ARGS = ("--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
+             "--fsdp_reshard_after_forward", "true", "--fsdp_state_dict_type", "FULL_STATE_DICT",
+             "--fsdp_activation_checkpointing", "false")
+"""accelerate's launch flags for examples/accelerate/fsdp.yaml's settings."""
+
+
+def relaunch(num_processes: int, argv: Sequence[str], *, cpu: bool, fsdp: bool = False) -> int:
+    """Run ``trainers.grpo.cli argv`` in ``num_processes`` processes on this machine; their exit code.
+
+    ``fsdp``: the processes shard the model (accelerate's ``--use_fsdp`` with `FSDP_ARGS`).
+    """
     from verifiers.inference.vllm_server import free_port
 
     env = dict(os.environ)
@@ -86,7 +108,8 @@ def relaunch(num_processes: int, argv: Sequence[str], *, cpu: bool) -> int:
     if cpu:
         env["CUDA_VISIBLE_DEVICES"] = ""  # every process on the CPU, joined over gloo
     port = str(free_port())
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+    mode = list(FSDP_ARGS) if fsdp or _truthy(env.get("ACCELERATE_USE_FSDP")) else ["--multi_gpu"]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *mode, "--num_processes",
            str(num_processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_ip", "127.0.0.1", "--main_process_port", port, "-m", "trainers.grpo.cli", *argv]
     return subprocess.call(cmd, env=env)

@@ -1,0 +1,161 @@
+"""FSDP2 on the CPU: 2 sharded gloo processes train like 1 process, and their checkpoints resume in either.
+
+The launches are real: ``accelerate launch --config_file examples/accelerate/fsdp.yaml -m
+trainers.grpo.cli`` (on a machine without a GPU its processes join over gloo) and ``vf-train
+--num_processes 2 --fsdp``. Each rank's parameters are DTensor shards (`fully_shard`); the
+embedded engine samples from a full copy refreshed by one gather per step, which the
+sampler-versus-learner metrics check (a stale copy would sample from the previous policy).
+The reference model (KL) is sharded too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from trainers.grpo.config import load_config
+from trainers.grpo.run.checkpoint import load_checkpoint
+from verifiers.errors import ConfigError
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+FSDP_YAML = ROOT / "examples" / "accelerate" / "fsdp.yaml"
+
+
+def _multiprocess() -> ModuleType:
+    """tests/trainers/test_multiprocess.py's helpers (settings, launch environment, row comparison)."""
+    spec = importlib.util.spec_from_file_location("vf_tests_multiprocess", HERE / "test_multiprocess.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+mp = _multiprocess()
+# KL on (the reference is sharded too); 3 steps, a checkpoint after each.
+SETTINGS: dict[str, Any] = {**mp.SETTINGS, "algorithm_overrides": {"beta": 0.04}}
+
+
+def launch(cmd: list[str], env_dir: Path, log: Path, timeout_s: float = 300.0) -> tuple[int, str]:
+    """Run a launcher command; on timeout kill the launched process group only."""
+    with log.open("w+") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=mp.child_env(env_dir),
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        out.seek(0)
+        return code, out.read()
+
+
+def accelerate_fsdp(args: list[str], env_dir: Path, log: Path) -> tuple[int, str]:
+    """``accelerate launch --config_file examples/accelerate/fsdp.yaml`` (a free port on 127.0.0.1)."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(FSDP_YAML),
+           "--main_process_port", str(mp.free_port()), *args]
+    return launch(cmd, env_dir, log)
+
+
+def one_process(settings: dict[str, Any], out: Path, resume: str | bool = False) -> tuple[Any, list[dict[str, Any]]]:
+    before = torch.get_num_threads()
+    try:
+        return mp.train_one_process(load_config(None, {**settings, "output_dir": str(out)}), resume=resume)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path) -> dict[str, Any]:
+    """The same 3-step run: 2 FSDP processes (launched) and 1 process (in this one)."""
+    root = tmp_path_factory.mktemp("fsdp")
+    toml = root / "two.toml"
+    toml.write_text(mp.to_toml({**SETTINGS, "output_dir": str(root / "two")}))
+    code, output = accelerate_fsdp(["-m", "trainers.grpo.cli", str(toml)], dense_env_dir, root / "two.log")
+    assert code == 0, output[-4000:]
+    trainer, rows = one_process(SETTINGS, root / "one")
+    weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    return {"root": root, "two": root / "two", "output": output, "one_rows": rows, "one_weights": weights}
+
+
+@pytest.mark.slow
+def test_two_sharded_processes_train_like_one(runs: dict[str, Any]) -> None:
+    output = runs["output"]
+    assert "FSDP2 (fully_shard)" in output, output[-3000:]  # the model was sharded, not replicated
+    two_rows = mp.read_rows(runs["two"] / "metrics.jsonl")
+    assert [r["rollouts/trained"] for r in two_rows] == [8.0] * 3
+    mp.assert_same_rows(runs["one_rows"], two_rows)  # loss, grad norm, entropy, reward: within 1e-5, every step
+    assert all(r["kl"] >= 0 for r in two_rows) and two_rows[-1]["kl"] > 0
+    # The engines sampled from the gathered weights of the current policy at every step.
+    for r in two_rows:
+        assert r["sampler/logp_diff_max"] < 1e-4, r
+    final = load_checkpoint(runs["two"] / "checkpoints" / "step_0000003")
+    for name, tensor in runs["one_weights"].items():
+        torch.testing.assert_close(final["model"][name], tensor, rtol=0, atol=1e-5, msg=name)
+    assert (runs["two"] / "final_model" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_resumes_in_one_process(runs: dict[str, Any], tmp_path: Path,
+                                                     dense_env_dir: Path) -> None:
+    """FSDP 2 -> 1: the gathered checkpoint (model and Adam moments) is a single process's layout."""
+    out = tmp_path / "resumed"
+    shutil.copytree(runs["two"], out)
+    trainer, rows = one_process(SETTINGS, out, resume=str(out / "checkpoints" / "step_0000002"))
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    mp.assert_same_rows(runs["one_rows"], rows)
+    for name, tensor in trainer.model.state_dict().items():
+        torch.testing.assert_close(tensor, runs["one_weights"][name], rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_a_one_process_checkpoint_resumes_sharded(runs: dict[str, Any], tmp_path: Path, dense_env_dir: Path) -> None:
+    """1 -> FSDP 2, through ``vf-train --num_processes 2 --fsdp``: step 3 redone sharded equals both runs."""
+    out = tmp_path / "resumed"
+    shutil.copytree(runs["root"] / "one", out)
+    toml = tmp_path / "r.toml"
+    toml.write_text(mp.to_toml({**SETTINGS, "output_dir": str(out)}))
+    cmd = [sys.executable, "-m", "trainers.grpo.cli", str(toml), "--num_processes", "2", "--fsdp",
+           "--resume", str(out / "checkpoints" / "step_0000002")]
+    code, output = launch(cmd, dense_env_dir, tmp_path / "r.log")
+    assert code == 0, output[-4000:]
+    assert "FSDP2 (fully_shard)" in output, output[-3000:]
+    rows = mp.read_rows(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    mp.assert_same_rows(runs["one_rows"], rows)
+    final = load_checkpoint(out / "checkpoints" / "step_0000003")["model"]
+    for name, tensor in runs["one_weights"].items():
+        torch.testing.assert_close(final[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+# -- settings ----------------------------------------------------------------------------------
+def test_fsdp_settings_from_accelerate_env() -> None:
+    from trainers.grpo.learn.fsdp import settings_from_env
+
+    s = settings_from_env({"FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
+                           "FSDP_RESHARD_AFTER_FORWARD": "false", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"})
+    assert s.wrap == "TRANSFORMER_BASED_WRAP" and not s.reshard_after_forward
+    for env, message in [({"FSDP_VERSION": "1"}, "FSDP2"),
+                         ({"FSDP_AUTO_WRAP_POLICY": "SIZE_BASED_WRAP"}, "TRANSFORMER_BASED_WRAP"),
+                         ({"FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"}, "FULL_STATE_DICT"),
+                         ({"FSDP_ACTIVATION_CHECKPOINTING": "true"}, "gradient_checkpointing")]:
+        with pytest.raises(ConfigError, match=message):
+            settings_from_env(env)
+
+
+def test_vf_train_fsdp_needs_several_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainers.grpo.cli import main
+
+    assert main(["c.toml", "--fsdp"]) == 2
+    assert "--num_processes N" in capsys.readouterr().err
