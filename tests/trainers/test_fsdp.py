@@ -37,6 +37,7 @@ def _multiprocess() -> ModuleType:
     spec = importlib.util.spec_from_file_location("vf_tests_multiprocess", HERE / "test_multiprocess.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

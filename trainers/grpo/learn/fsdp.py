@@ -11,7 +11,9 @@ gloo. One code path for both devices is also the one tested here.
 What is honoured: ``FSDP_VERSION`` (2 only), ``FSDP_AUTO_WRAP_POLICY`` (each decoder layer its
 own unit, then the root; or the root alone), ``FSDP_RESHARD_AFTER_FORWARD``,
 ``FSDP_STATE_DICT_TYPE`` (full state dicts: checkpoints are written whole by rank 0, loadable
-by any number of processes), ``FSDP_OFFLOAD_PARAMS`` (on GPUs). Refused with the fix:
+by any number of processes), ``FSDP_OFFLOAD_PARAMS`` (on GPUs). Not used:
+``FSDP_CPU_RAM_EFFICIENT_LOADING`` (every rank loads the whole model: it keeps a full copy
+anyway, `whole_loading`). Refused with the fix:
 FSDP1, size-based wrapping, sharded state dicts and FSDP's activation checkpointing (the
 config's ``gradient_checkpointing`` does that).
 
@@ -22,7 +24,9 @@ largest count (`even_parts`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import torch
@@ -76,6 +80,26 @@ def settings_from_env(env: dict[str, str] | None = None) -> FSDPSettings:
                         offload_params=_truthy(env.get("FSDP_OFFLOAD_PARAMS")))
 
 
+@contextlib.contextmanager
+def whole_loading() -> Iterator[None]:
+    """Every rank loads the whole checkpoint (``fsdp_cpu_ram_efficient_loading`` switched off meanwhile).
+
+    With it on, transformers loads the weights on rank 0 only and leaves the other ranks'
+    uninitialised, for FSDP to broadcast; but every rank needs the whole weights anyway, for
+    the engine's and the sync's full copy, and shards them itself.
+    """
+    key = "FSDP_CPU_RAM_EFFICIENT_LOADING"
+    before = os.environ.get(key)
+    os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
 def decoder_layers(model: torch.nn.Module, classes: list[str]) -> list[torch.nn.Module]:
     """The modules sharded as their own units: instances of ``classes`` or of the model's
     ``_no_split_modules`` (transformers' decoder layer class), in order."""
@@ -106,7 +130,15 @@ def shard(model: torch.nn.Module, settings: FSDPSettings, device: torch.device) 
         for layer in decoder_layers(model, settings.layer_classes):
             fully_shard(layer, mesh=mesh, reshard_after_forward=settings.reshard_after_forward,
                         offload_policy=offload)
-    fully_shard(model, mesh=mesh, reshard_after_forward=settings.reshard_after_forward, offload_policy=offload)
+    # The root (embeddings, final norm, head) keeps FSDP2's own default: gathered from its forward
+    # until its backward. The learner applies the head to the decoder's hidden states itself,
+    # after the forward (chunked log-softmax, `trainers.grpo.learn.logprobs`), which needs it whole.
+    root_reshard = None if settings.wrap == "TRANSFORMER_BASED_WRAP" else settings.reshard_after_forward
+    if root_reshard:
+        raise ConfigError("fsdp_auto_wrap_policy NO_WRAP with fsdp_reshard_after_forward: true would free the LM "
+                          "head after the forward, before the learner applies it; set fsdp_reshard_after_forward: "
+                          "false or use TRANSFORMER_BASED_WRAP")
+    fully_shard(model, mesh=mesh, reshard_after_forward=root_reshard, offload_policy=offload)
     return model
 
 

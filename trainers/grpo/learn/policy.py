@@ -151,7 +151,10 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
 
     # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
     # round away unless they exceed half its last bit (see docs/training.md, "Precision").
-    model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
+    from trainers.grpo.learn.fsdp import whole_loading
+
+    with whole_loading():  # under FSDP every rank needs the whole weights (see `whole_loading`)
+        model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
     model.eval()  # no dropout: the sampler and the learner must see the same function
     fsdp = fsdp_settings(cfg, dist)
     ref_model = None
