@@ -160,3 +160,55 @@ def test_vf_train_fsdp_needs_several_processes(capsys: pytest.CaptureFixture[str
 
     assert main(["c.toml", "--fsdp"]) == 2
     assert "--num_processes N" in capsys.readouterr().err
+
+
+# -- the learner on a fixed batch, ranks with different micro-batch counts ----------------------
+def _micro_batch_counts(vocab: int, budget: int, seed: int) -> list[int]:
+    """How many micro-batches each of 2 ranks plans for its share of `mp_learner_step`'s batch."""
+    from trainers.grpo.data.batch import collate
+    from trainers.grpo.data.microbatch import micro_batches
+    from trainers.grpo.data.sampler import rank_groups
+
+    helper = mp.load_helper()
+    counts = []
+    for rank in range(2):
+        batch = collate(helper.fixed_rows(vocab, rank_groups(helper.GROUPS, rank, 2)), 0)
+        counts.append(len(micro_batches(batch, budget, generator=torch.Generator().manual_seed(seed * 100_003))))
+    return counts
+
+
+@pytest.mark.slow
+def test_sharded_learner_step_with_uneven_micro_batches_equals_one_process(
+    tmp_path: Path, dense_env_dir: Path, base_model_dir: Path, train_config: Any
+) -> None:
+    """A fixed batch of 4 groups whose 2 halves plan different numbers of micro-batches: the
+    rank with fewer pads its passes (FSDP's collectives must pair up) and the padding counts
+    zero, so loss, grad norm and the weights after the step equal one process's (KL on: the
+    sharded reference pads too)."""
+    import json
+
+    vocab = json.loads((base_model_dir / "config.json").read_text())["vocab_size"]
+    seed = train_config(tmp_path / "probe").seed
+    budget = next(b for b in range(8, 80) if len(set(_micro_batch_counts(vocab, b, seed))) > 1)
+    settings = {"prompts_per_step": 4, "learning_rate": 1e-2, "micro_batch_tokens": budget,
+                "algorithm_overrides": {"beta": 0.04}}
+    helper = mp.load_helper()
+    before = torch.get_num_threads()
+    try:
+        one = helper.learner_step(mp.write_config(train_config(tmp_path / "one", **settings), tmp_path / "one.json"),
+                                  tmp_path / "one")
+    finally:
+        torch.set_num_threads(before)
+    cfg = mp.write_config(train_config(tmp_path / "two", **settings), tmp_path / "two.json")
+    code, output = accelerate_fsdp([str(HERE / "mp_learner_step.py"), str(cfg), str(tmp_path / "two")],
+                                   dense_env_dir, tmp_path / "two.log")
+    assert code == 0, output[-4000:]
+    ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in range(2)]
+    for key in ("loss", "entropy", "grad_norm", "kl"):
+        for r in ranks:
+            assert r[key] == pytest.approx(one[key], abs=1e-5), key
+    assert one["grad_norm"] > 1e-3
+    want = torch.load(tmp_path / "one" / "params_rank0.pt")
+    got = torch.load(tmp_path / "two" / "params_rank0.pt")
+    for name, tensor in want.items():
+        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-4, msg=name)  # see test_multiprocess
