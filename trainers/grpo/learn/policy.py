@@ -22,7 +22,6 @@ import torch
 
 from trainers.grpo.algo.algorithms import AlgorithmPreset
 from trainers.grpo.dist.ranks import Dist
-from verifiers.errors import ConfigError
 
 
 def resolve_model_path(cfg: Any, out: Path, dist: Dist, log: Callable[[str], None]) -> str:
@@ -147,12 +146,11 @@ class Policy:
 
 def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist) -> Policy:
     """Load the model (float32 by default), add the reference copy or LoRA, AdamW and the schedule."""
+    from trainers.grpo.learn.fsdp import whole_loading
     from verifiers.inference.loading import load_model_and_tokenizer
 
     # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
     # round away unless they exceed half its last bit (see docs/training.md, "Precision").
-    from trainers.grpo.learn.fsdp import whole_loading
-
     with whole_loading():  # under FSDP every rank needs the whole weights (see `whole_loading`)
         model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
     model.eval()  # no dropout: the sampler and the learner must see the same function
@@ -160,14 +158,6 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
     ref_model = None
     if preset.uses_reference and not cfg.lora:
         ref_model = copy.deepcopy(model).requires_grad_(False)
-    mirror = None
-    if fsdp is not None:
-        from trainers.grpo.learn.fsdp import shard
-
-        mirror = copy.deepcopy(model).requires_grad_(False).to(dist.device)
-        model = shard(model, fsdp, dist.device)
-        if ref_model is not None:  # sharded too: a full reference per rank would cost what sharding saves
-            ref_model = shard(ref_model, fsdp, dist.device)
     if cfg.lora:
         from peft import get_peft_model
 
@@ -177,6 +167,14 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
     if cfg.gradient_checkpointing:  # the old name is deprecated in transformers 5
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
+    mirror = None
+    if fsdp is not None:  # shard last, once the modules are final; the optimizer is built on the shards
+        from trainers.grpo.learn.fsdp import shard
+
+        mirror = copy.deepcopy(model).requires_grad_(False).to(dist.device)
+        model = shard(model, fsdp, dist.device)
+        if ref_model is not None:  # sharded too: a full reference per rank would cost what sharding saves
+            ref_model = shard(ref_model, fsdp, dist.device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
@@ -214,10 +212,6 @@ def fsdp_settings(cfg: Any, dist: Dist) -> Any:
 
     if not (fsdp.requested() and dist.active):
         return None
-    if cfg.lora:
-        raise ConfigError("LoRA under FSDP is not supported: the adapters are a few MB and gain nothing from "
-                          "sharding, while peft's wrappers under fully_shard need their own unit boundaries. Train "
-                          "LoRA with plain data parallel (drop --fsdp / use examples/accelerate/ddp.yaml)")
     return fsdp.settings_from_env()
 
 
