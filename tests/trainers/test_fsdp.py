@@ -212,3 +212,17 @@ def test_sharded_learner_step_with_uneven_micro_batches_equals_one_process(
     got = torch.load(tmp_path / "two" / "params_rank0.pt")
     for name, tensor in want.items():
         torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-4, msg=name)  # see test_multiprocess
+
+
+# -- LoRA under FSDP ---------------------------------------------------------------------------
+def test_lora_under_fsdp_is_refused_with_the_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked before any model is loaded (rank 1 of 2, without a process group)."""
+    from trainers.grpo.dist.ranks import Dist
+    from trainers.grpo.learn.policy import fsdp_settings
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    cfg = load_config(None, {**SETTINGS, "lora": True, "output_dir": "unused"})
+    with pytest.raises(ConfigError, match=r"LoRA under FSDP.*--num_processes N without --fsdp"):
+        fsdp_settings(cfg, Dist(rank=1, world_size=2))
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
+    assert fsdp_settings(cfg, Dist(rank=1, world_size=2)) is None
