@@ -160,6 +160,20 @@ def full_state_dict(model: torch.nn.Module, *, rank0_only: bool = False) -> dict
     return get_model_state_dict(model, options=opts)
 
 
+def gather_into(model: torch.nn.Module, full: torch.nn.Module) -> None:
+    """Copy the sharded ``model``'s weights into ``full``, a whole copy of it (a collective: every rank calls it).
+
+    One pass over the parameters, each gathered (``DTensor.full_tensor``) and copied at once, so
+    at most one whole parameter exists beside the copy (a full state dict would hold them all).
+    Buffers are not sharded and not trained: the copy has its own.
+    """
+    targets = dict(full.named_parameters())
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            whole = param.full_tensor() if hasattr(param, "full_tensor") else param
+            targets[name].copy_(whole)
+
+
 def load_full_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load whole weights (every rank holds them) into the sharded model: each rank keeps its shard."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict

@@ -74,10 +74,9 @@ class Policy:
         """FSDP: gather the trained weights into the mirror (a collective: every rank calls it)."""
         if not self.sharded:
             return
-        from trainers.grpo.learn.fsdp import full_state_dict
+        from trainers.grpo.learn.fsdp import gather_into
 
-        with torch.no_grad():
-            self.mirror.load_state_dict(full_state_dict(self.model), strict=True)
+        gather_into(self.model, self.mirror)
 
     def clip_grad_norm(self, max_norm: float | None) -> float:
         """The global gradient norm (clipped to ``max_norm`` when given).
