@@ -16,8 +16,9 @@ model's parameters (a DTensor's local shard only), its gradients (same shapes as
 parameters; reported from them, since the optimizer frees them after each step), Adam's
 moments (local shards too) and the full copies FSDP keeps (the ``mirror`` the embedded engine
 and the sync read, a reference model). It also reports each rank's peak RSS
-(``getrusage``), which includes the interpreter, torch, the engine's KV cache and the
-activations. The LAST stdout line is one JSON object.
+(``getrusage``), once after set-up (model loaded, copied, sharded) and once at the end, which
+includes the interpreter, torch, the engine's KV cache, the activations and DDP's gradient
+buckets. The LAST stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def tensor_bytes(policy: Any) -> dict[str, float]:
             "params_grads_adam_mb": (params + trained + adam) / MB, "full_copies_mb": copies / MB}
 
 
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def worker(out: Path, hidden: int, layers: int, steps: int) -> None:
     """One rank: train, then write its figures to ``out/rank<r>.json``."""
     import io
@@ -71,10 +76,16 @@ def worker(out: Path, hidden: int, layers: int, steps: int) -> None:
         "output_dir": str(out / "run"), "max_steps": steps, "save_every": 0, "progress": False, "plot": False,
         "num_sample_completions": 0, "torch_threads": 1, "tiny_model": tiny,
     })
-    trainer = GRPOTrainer(cfg, console=Console(file=io.StringIO()))
+    class Measured(GRPOTrainer):
+        def setup(self) -> None:
+            super().setup()
+            self.setup_rss_mb = peak_rss_mb()
+
+    trainer = Measured(cfg, console=Console(file=io.StringIO()))
     trainer.train()
     rank = trainer.dist.rank
-    figures = {**tensor_bytes(trainer.policy), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    figures = {**tensor_bytes(trainer.policy), "peak_rss_after_setup_mb": trainer.setup_rss_mb,
+               "peak_rss_mb": peak_rss_mb(),
                "total_params": sum(p.numel() for p in trainer.policy.model.parameters()),
                "sharded": trainer.policy.sharded}
     (out / f"rank{rank}.json").write_text(json.dumps(figures))
