@@ -16,20 +16,24 @@ model's parameters (a DTensor's local shard only), its gradients (same shapes as
 parameters; reported from them, since the optimizer frees them after each step), Adam's
 moments (local shards too) and the full copies FSDP keeps (the ``mirror`` the embedded engine
 and the sync read, a reference model). It also reports each rank's peak RSS
-(``getrusage``), once after set-up (model loaded, copied, sharded) and once at the end, which
-includes the interpreter, torch, the engine's KV cache, the activations and DDP's gradient
+(``getrusage``), once after set-up (model loaded, copied, sharded) and once at the end, and the
+peak RSS of the training phase alone (`RssSampler`); RSS includes the interpreter, torch, the engine's KV cache, the activations and DDP's gradient
 buckets. The LAST stdout line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +61,36 @@ def tensor_bytes(policy: Any) -> dict[str, float]:
             "params_grads_adam_mb": (params + trained + adam) / MB, "full_copies_mb": copies / MB}
 
 
+class RssSampler:
+    """The highest resident set size seen during the training phase, sampled every 5 ms.
+
+    Set-up's freed memory is handed back to the OS first (``malloc_trim``), so the figure is
+    what training itself needs, not the loading phase's high-water mark the allocator kept.
+    """
+
+    def __init__(self) -> None:
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        proc = psutil.Process()
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, proc.memory_info().rss / MB)
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -76,16 +110,20 @@ def worker(out: Path, hidden: int, layers: int, steps: int) -> None:
         "output_dir": str(out / "run"), "max_steps": steps, "save_every": 0, "progress": False, "plot": False,
         "num_sample_completions": 0, "torch_threads": 1, "tiny_model": tiny,
     })
+    sampler = RssSampler()
+
     class Measured(GRPOTrainer):
         def setup(self) -> None:
             super().setup()
             self.setup_rss_mb = peak_rss_mb()
+            sampler.start()  # from here: the training phase
 
     trainer = Measured(cfg, console=Console(file=io.StringIO()))
     trainer.train()
+    sampler.stop()
     rank = trainer.dist.rank
     figures = {**tensor_bytes(trainer.policy), "peak_rss_after_setup_mb": trainer.setup_rss_mb,
-               "peak_rss_mb": peak_rss_mb(),
+               "peak_rss_mb": peak_rss_mb(), "training_peak_rss_mb": sampler.peak_mb,
                "total_params": sum(p.numel() for p in trainer.policy.model.parameters()),
                "sharded": trainer.policy.sharded}
     (out / f"rank{rank}.json").write_text(json.dumps(figures))
@@ -133,13 +171,15 @@ def main() -> None:
             results[mode] = {"ranks": [{k: round(v, 1) if isinstance(v, float) else v for k, v in r.items()}
                                        for r in ranks],
                              "max_params_grads_adam_mb": round(max(r["params_grads_adam_mb"] for r in ranks), 1),
-                             "max_peak_rss_mb": round(max(r["peak_rss_mb"] for r in ranks), 1)}
+                             "max_peak_rss_mb": round(max(r["peak_rss_mb"] for r in ranks), 1),
+                             "max_training_peak_rss_mb": round(max(r["training_peak_rss_mb"] for r in ranks), 1)}
             print(f"{mode}: {results[mode]}", flush=True)
     base = results.get("ddp") or results.get("one")
     if base and "fsdp" in results:
         fsdp = results["fsdp"]
         fsdp["params_grads_adam_vs_ddp"] = round(fsdp["max_params_grads_adam_mb"] / base["max_params_grads_adam_mb"], 3)
         fsdp["peak_rss_vs_ddp"] = round(fsdp["max_peak_rss_mb"] / base["max_peak_rss_mb"], 3)
+        fsdp["training_peak_rss_vs_ddp"] = round(fsdp["max_training_peak_rss_mb"] / base["max_training_peak_rss_mb"], 3)
     print(json.dumps({"hidden": args.hidden, "layers": args.layers, "modes": results,
                       "load_1min": os.getloadavg()[0], "cpus": os.cpu_count()}))
 

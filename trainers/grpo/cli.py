@@ -5,7 +5,9 @@ starts with ``[vllm]`` and alone pushes weights to): ``accelerate launch
 --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``, ``accelerate launch --cpu
 --num_processes N ...`` or ``vf-train CONFIG.toml --num_processes N`` (both relaunch through
 accelerate, `trainers.grpo.dist.launch`); ``prompts_per_step`` is the global number of prompts and
-must be divisible by N. Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
+must be divisible by N. Sharded (FSDP2): ``accelerate launch --config_file
+examples/accelerate/fsdp.yaml ...`` or ``vf-train CONFIG.toml --num_processes N --fsdp``
+(`trainers.grpo.learn.fsdp`). Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
 """
 
 from __future__ import annotations
