@@ -18,7 +18,8 @@ moments (local shards too) and the full copies FSDP keeps (the ``mirror`` the em
 and the sync read, a reference model). It also reports each rank's peak RSS
 (``getrusage``), once after set-up (model loaded, copied, sharded) and once at the end, and the
 peak RSS of the training phase alone (`RssSampler`); RSS includes the interpreter, torch, the engine's KV cache, the activations and DDP's gradient
-buckets. The LAST stdout line is one JSON object.
+buckets. Every mode runs with ``MALLOC_MMAP_THRESHOLD_=1MiB`` (large blocks returned to the OS
+when freed), so RSS tracks the live tensors rather than glibc's retained heap. The LAST stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ def launch(mode: str, out: Path, args: argparse.Namespace) -> list[dict[str, Any
         "fsdp": [*accelerate, "--config_file", str(ROOT / "examples" / "accelerate" / "fsdp.yaml"), *port, *script],
     }[mode]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "GLOO_SOCKET_IFNAME": "lo"}
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", "GLOO_SOCKET_IFNAME": "lo",
+           # blocks of 1 MiB and more mapped on their own and unmapped when freed, in every mode: RSS then
+           # follows the live tensors instead of what glibc's heap kept after the last peak
+           "MALLOC_MMAP_THRESHOLD_": str(MB)}
     out.mkdir(parents=True)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

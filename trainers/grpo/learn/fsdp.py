@@ -142,17 +142,11 @@ def shard(model: torch.nn.Module, settings: FSDPSettings, device: torch.device) 
     return model
 
 
-def is_sharded(model: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)
-
-
 def full_state_dict(model: torch.nn.Module, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
     """The model's whole weights, gathered in one pass over its parameters (a collective: every rank calls it).
 
     ``rank0_only``: on the CPU, on rank 0 only (the others get ``{}``), for checkpoints;
-    otherwise on every rank, where the weights live (the engine's and the sync's copies).
+    otherwise on every rank, where the weights live.
     """
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

@@ -212,6 +212,9 @@ def fsdp_settings(cfg: Any, dist: Dist) -> Any:
 
     if not (fsdp.requested() and dist.active):
         return None
+    if cfg.ray is not None:
+        raise ConfigError("[ray] rollouts with FSDP are not supported: the Ray path serves the trainer's own model, "
+                          "which FSDP shards; use DDP (drop --fsdp / use examples/accelerate/ddp.yaml) or no [ray]")
     if cfg.lora:
         raise ConfigError(
             "LoRA under FSDP is not supported yet: it runs, and one learner step on a fixed batch equals one "
