@@ -215,7 +215,7 @@ def test_sharded_learner_step_with_uneven_micro_batches_equals_one_process(
 
 
 # -- LoRA under FSDP ---------------------------------------------------------------------------
-def test_lora_under_fsdp_is_refused_with_the_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lora_and_ray_under_fsdp_are_refused_with_the_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
     """Checked before any model is loaded (rank 1 of 2, without a process group)."""
     from trainers.grpo.dist.ranks import Dist
     from trainers.grpo.learn.policy import fsdp_settings
@@ -224,5 +224,8 @@ def test_lora_under_fsdp_is_refused_with_the_alternative(monkeypatch: pytest.Mon
     cfg = load_config(None, {**SETTINGS, "lora": True, "output_dir": "unused"})
     with pytest.raises(ConfigError, match=r"LoRA under FSDP.*--num_processes N without --fsdp"):
         fsdp_settings(cfg, Dist(rank=1, world_size=2))
+    ray = load_config(None, {**SETTINGS, "ray": {}, "output_dir": "unused"})
+    with pytest.raises(ConfigError, match=r"\[ray\] rollouts with FSDP"):
+        fsdp_settings(ray, Dist(rank=1, world_size=2))
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "false")
     assert fsdp_settings(cfg, Dist(rank=1, world_size=2)) is None
