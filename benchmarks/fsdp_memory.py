@@ -17,7 +17,9 @@ parameters; reported from them, since the optimizer frees them after each step),
 moments (local shards too) and the full copies FSDP keeps (the ``mirror`` the embedded engine
 and the sync read, a reference model). It also reports each rank's peak RSS
 (``getrusage``), once after set-up (model loaded, copied, sharded) and once at the end, and the
-peak RSS of the training phase alone (`RssSampler`); RSS includes the interpreter, torch, the engine's KV cache, the activations and DDP's gradient
+peak RSS of the training phase alone (`RssSampler`): of the steps (``steps_peak_rss_mb``) and
+with the final checkpoint (``training_peak_rss_mb``; under FSDP rank 0 gathers the whole model
+and Adam state for it); RSS includes the interpreter, torch, the engine's KV cache, the activations and DDP's gradient
 buckets. Every mode runs with ``MALLOC_MMAP_THRESHOLD_=1MiB`` (large blocks returned to the OS
 when freed), so RSS tracks the live tensors rather than glibc's retained heap. The LAST stdout line is one JSON object.
 """
@@ -71,6 +73,7 @@ class RssSampler:
 
     def __init__(self) -> None:
         self.peak_mb = 0.0
+        self.steps_peak_mb = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -86,6 +89,10 @@ class RssSampler:
         while not self._stop.is_set():
             self.peak_mb = max(self.peak_mb, proc.memory_info().rss / MB)
             time.sleep(0.005)
+
+    def mark(self) -> None:
+        """End of the steps: their peak is kept as ``steps_peak_mb``; sampling goes on."""
+        self.steps_peak_mb = self.peak_mb
 
     def stop(self) -> None:
         self._stop.set()
@@ -119,12 +126,17 @@ def worker(out: Path, hidden: int, layers: int, steps: int) -> None:
             self.setup_rss_mb = peak_rss_mb()
             sampler.start()  # from here: the training phase
 
+        def _finish(self) -> None:
+            sampler.mark()  # the steps are done; the final checkpoint (gathered to rank 0 under FSDP) follows
+            super()._finish()
+
     trainer = Measured(cfg, console=Console(file=io.StringIO()))
     trainer.train()
     sampler.stop()
     rank = trainer.dist.rank
     figures = {**tensor_bytes(trainer.policy), "peak_rss_after_setup_mb": trainer.setup_rss_mb,
-               "peak_rss_mb": peak_rss_mb(), "training_peak_rss_mb": sampler.peak_mb,
+               "peak_rss_mb": peak_rss_mb(), "steps_peak_rss_mb": sampler.steps_peak_mb,
+               "training_peak_rss_mb": sampler.peak_mb,
                "total_params": sum(p.numel() for p in trainer.policy.model.parameters()),
                "sharded": trainer.policy.sharded}
     (out / f"rank{rank}.json").write_text(json.dumps(figures))
@@ -176,6 +188,7 @@ def main() -> None:
                                        for r in ranks],
                              "max_params_grads_adam_mb": round(max(r["params_grads_adam_mb"] for r in ranks), 1),
                              "max_peak_rss_mb": round(max(r["peak_rss_mb"] for r in ranks), 1),
+                             "max_steps_peak_rss_mb": round(max(r["steps_peak_rss_mb"] for r in ranks), 1),
                              "max_training_peak_rss_mb": round(max(r["training_peak_rss_mb"] for r in ranks), 1)}
             print(f"{mode}: {results[mode]}", flush=True)
     base = results.get("ddp") or results.get("one")
@@ -183,6 +196,7 @@ def main() -> None:
         fsdp = results["fsdp"]
         fsdp["params_grads_adam_vs_ddp"] = round(fsdp["max_params_grads_adam_mb"] / base["max_params_grads_adam_mb"], 3)
         fsdp["peak_rss_vs_ddp"] = round(fsdp["max_peak_rss_mb"] / base["max_peak_rss_mb"], 3)
+        fsdp["steps_peak_rss_vs_ddp"] = round(fsdp["max_steps_peak_rss_mb"] / base["max_steps_peak_rss_mb"], 3)
         fsdp["training_peak_rss_vs_ddp"] = round(fsdp["max_training_peak_rss_mb"] / base["max_training_peak_rss_mb"], 3)
     print(json.dumps({"hidden": args.hidden, "layers": args.layers, "modes": results,
                       "load_1min": os.getloadavg()[0], "cpus": os.cpu_count()}))
