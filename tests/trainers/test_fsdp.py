@@ -1,8 +1,8 @@
 """FSDP2 on the CPU: 2 sharded gloo processes train like 1 process, and their checkpoints resume in either.
 
 The launches are real: ``accelerate launch --config_file examples/accelerate/fsdp.yaml -m
-trainers.grpo.cli`` (on a machine without a GPU its processes join over gloo) and ``vf-train
---num_processes 2 --fsdp``. Each rank's parameters are DTensor shards (`fully_shard`); the
+trainers.grpo.cli`` (on a machine without a GPU its processes join over gloo) and its ``--cpu``
+form (one process started, relaunched as 2 sharded ones). Each rank's parameters are DTensor shards (`fully_shard`); the
 embedded engine samples from a full copy refreshed by one gather per step, which the
 sampler-versus-learner metrics check (a stale copy would sample from the previous policy).
 The reference model (KL) is sharded too.
@@ -122,13 +122,15 @@ def test_a_sharded_checkpoint_resumes_in_one_process(runs: dict[str, Any], tmp_p
 
 @pytest.mark.slow
 def test_a_one_process_checkpoint_resumes_sharded(runs: dict[str, Any], tmp_path: Path, dense_env_dir: Path) -> None:
-    """1 -> FSDP 2, through ``vf-train --num_processes 2 --fsdp``: step 3 redone sharded equals both runs."""
+    """1 -> FSDP 2, through ``accelerate launch --cpu --config_file examples/accelerate/fsdp.yaml``: accelerate
+    starts one process without FSDP's settings, vf-train reads both from the launcher's command line and
+    config file and relaunches 2 sharded processes; step 3 redone sharded equals both runs."""
     out = tmp_path / "resumed"
     shutil.copytree(runs["root"] / "one", out)
     toml = tmp_path / "r.toml"
     toml.write_text(mp.to_toml({**SETTINGS, "output_dir": str(out)}))
-    cmd = [sys.executable, "-m", "trainers.grpo.cli", str(toml), "--num_processes", "2", "--fsdp",
-           "--resume", str(out / "checkpoints" / "step_0000002")]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--config_file", str(FSDP_YAML),
+           "-m", "trainers.grpo.cli", str(toml), "--resume", str(out / "checkpoints" / "step_0000002")]
     code, output = launch(cmd, dense_env_dir, tmp_path / "r.log")
     assert code == 0, output[-4000:]
     assert "FSDP2 (fully_shard)" in output, output[-3000:]
@@ -153,6 +155,20 @@ def test_fsdp_settings_from_accelerate_env() -> None:
                          ({"FSDP_ACTIVATION_CHECKPOINTING": "true"}, "gradient_checkpointing")]:
         with pytest.raises(ConfigError, match=message):
             settings_from_env(env)
+
+
+def test_cpu_launch_of_an_fsdp_config_relaunches_sharded() -> None:
+    """``accelerate launch --cpu`` starts one process and passes neither the count nor FSDP on; both
+    are read from the launcher's arguments and config file."""
+    from trainers.grpo.dist import launch as dist_launch
+
+    cmd = ["python", "-m", "accelerate.commands.launch", "--cpu", "--config_file", str(FSDP_YAML), "-m",
+           "trainers.grpo.cli", "c.toml"]
+    assert dist_launch.launcher_num_processes(cmd) == 2 and dist_launch.launcher_wants_fsdp(cmd)
+    assert dist_launch.launcher_wants_fsdp(["accelerate", "launch", "--cpu", "--use_fsdp", "x.py"])
+    assert not dist_launch.launcher_wants_fsdp(["accelerate", "launch", "--cpu", "--num_processes", "2", "x.py"])
+    args = ["c.toml", "--fsdp", "--seed", "1"]
+    assert dist_launch.pop_fsdp(args) and args == ["c.toml", "--seed", "1"]
 
 
 def test_vf_train_fsdp_needs_several_processes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
 
         n, cpu, fsdp = pop_num_processes(args), False, pop_fsdp(args)
         if n is None:
-            n, cpu = cpu_launch_request(), True
+            request = cpu_launch_request()
+            if request is not None:
+                (n, fsdp), cpu = request, True
         if fsdp and (n is None or n < 2):
             raise ConfigError("--fsdp shards the model over several processes: add --num_processes N (N >= 2)")
     except ConfigError as exc:

@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from verifiers.errors import ConfigError
 
@@ -31,8 +32,8 @@ def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("1", "true", "yes")
 
 
-def launcher_num_processes(cmdline: Sequence[str]) -> int | None:
-    """``--num_processes`` of an ``accelerate launch`` command line, via accelerate's own parser."""
+def _launcher_args(cmdline: Sequence[str]) -> Any:
+    """An ``accelerate launch`` command line's arguments, via accelerate's own parser (None: not one)."""
     from accelerate.commands.launch import launch_command_parser
 
     for i, tok in enumerate(cmdline):
@@ -45,19 +46,61 @@ def launcher_num_processes(cmdline: Sequence[str]) -> int | None:
         args, _ = launch_command_parser().parse_known_args(rest)
     except SystemExit:
         return None
-    return args.num_processes
+    return args
 
 
-def cpu_launch_request() -> int | None:
-    """N when ``accelerate launch --cpu --num_processes N`` started only this process; else None."""
+def _launcher_config(args: Any) -> Any:
+    """The accelerate config file the launch names (``--config_file``), or None."""
+    path = getattr(args, "config_file", None)
+    if not path:
+        return None
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    try:
+        return load_config_from_file(path)
+    except Exception:  # unreadable: the launcher itself would have said so
+        return None
+
+
+def launcher_num_processes(cmdline: Sequence[str]) -> int | None:
+    """``--num_processes`` of an ``accelerate launch`` command line (else its config file's)."""
+    args = _launcher_args(cmdline)
+    if args is None:
+        return None
+    if args.num_processes is not None:
+        return args.num_processes
+    config = _launcher_config(args)
+    return getattr(config, "num_processes", None)
+
+
+def launcher_wants_fsdp(cmdline: Sequence[str]) -> bool:
+    """Whether an ``accelerate launch`` command line asks for FSDP (``--use_fsdp`` or an FSDP config file)."""
+    args = _launcher_args(cmdline)
+    if args is None:
+        return False
+    if getattr(args, "use_fsdp", False):
+        return True
+    config = _launcher_config(args)
+    return str(getattr(config, "distributed_type", "")).endswith("FSDP")
+
+
+def cpu_launch_request() -> tuple[int, bool] | None:
+    """``(N, fsdp)`` when ``accelerate launch --cpu --num_processes N`` started only this process; else None.
+
+    ``fsdp``: the launch asked for FSDP (``--use_fsdp`` or an FSDP config file), which
+    accelerate's single-process CPU launcher does not pass on; the relaunch must.
+    """
     env = os.environ
     if "WORLD_SIZE" in env or not _truthy(env.get("ACCELERATE_USE_CPU")) or "MASTER_ADDR" not in env:
         return None
+    fsdp = False
     try:
         import psutil
 
         parent = psutil.Process().parent()
-        n = launcher_num_processes(parent.cmdline()) if parent is not None else None
+        cmdline = parent.cmdline() if parent is not None else []
+        n = launcher_num_processes(cmdline)
+        fsdp = launcher_wants_fsdp(cmdline)
     except Exception:  # no parent, no permission, an unfamiliar launcher: the count is unknown
         n = None
     if n is None:
@@ -66,7 +109,7 @@ def cpu_launch_request() -> int | None:
             "`vf-train CONFIG --num_processes N` or `accelerate launch --multi_gpu --num_processes N ...` "
             "(on a machine without GPUs the processes use gloo on the CPU)"
         )
-    return n if n > 1 else None
+    return (n, fsdp) if n > 1 else None
 
 
 def pop_num_processes(args: list[str]) -> int | None:
