@@ -114,6 +114,18 @@ def decoder_layers(model: torch.nn.Module, classes: list[str]) -> list[torch.nn.
     return layers
 
 
+def broadcast_from_rank0(model: torch.nn.Module) -> None:
+    """Every rank takes rank 0's weights and buffers (DDP does the same when it wraps a model).
+
+    Anything initialised randomly after loading (LoRA's ``lora_A``) would otherwise differ per
+    rank, since the ranks' random streams do not agree (rank 0 alone builds vf-tiny, for one);
+    ``fully_shard`` keeps each rank's own values, so the sharded model would be a patchwork.
+    """
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            torch.distributed.broadcast(tensor, src=0)
+
+
 def shard(model: torch.nn.Module, settings: FSDPSettings, device: torch.device) -> torch.nn.Module:
     """``fully_shard`` each decoder layer, then the root (which holds embeddings, final norm and head).
 

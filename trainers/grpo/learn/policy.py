@@ -169,8 +169,9 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
         enable()
     mirror = None
     if fsdp is not None:  # shard last, once the modules are final; the optimizer is built on the shards
-        from trainers.grpo.learn.fsdp import shard
+        from trainers.grpo.learn.fsdp import broadcast_from_rank0, shard
 
+        broadcast_from_rank0(model)  # e.g. LoRA's random lora_A: every rank shards the same values
         mirror = copy.deepcopy(model).requires_grad_(False).to(dist.device)
         model = shard(model, fsdp, dist.device)
         if ref_model is not None:  # sharded too: a full reference per rank would cost what sharding saves
@@ -215,13 +216,6 @@ def fsdp_settings(cfg: Any, dist: Dist) -> Any:
     if cfg.ray is not None:
         raise ConfigError("[ray] rollouts with FSDP are not supported: the Ray path serves the trainer's own model, "
                           "which FSDP shards; use DDP (drop --fsdp / use examples/accelerate/ddp.yaml) or no [ray]")
-    if cfg.lora:
-        raise ConfigError(
-            "LoRA under FSDP is not supported yet: it runs, and one learner step on a fixed batch equals one "
-            "process's, but a full 2-process run's first gradient norm came out 2% off one process's (DDP matches "
-            "to 1e-5), a gap not yet explained. The adapters are small enough to replicate: train LoRA with plain "
-            "data parallel (accelerate launch --multi_gpu / examples/accelerate/ddp.yaml, or vf-train "
-            "--num_processes N without --fsdp)")
     return fsdp.settings_from_env()
 
 
