@@ -7,6 +7,8 @@ Each mode is the real command a user runs, in a subprocess with its own output d
 * ``two_processes``: ``vf-train examples/configs/quickstart.toml --num_processes 2`` (gloo on a CPU)
 * ``ray_two_processes`` (not run by default): ``quickstart_ray.toml --num_processes 2``: rank 0 starts
   the cluster, the workers and the store, both ranks train their share of each step
+* ``fsdp_two_processes`` (not run by default): ``vf-train examples/configs/quickstart.toml
+  --num_processes 2 --fsdp``: the same 2 processes with the model sharded (FSDP2, `fully_shard`)
 * ``vllm``, ``two_processes_vllm``, ``ray_vllm`` (not run by default; vLLM's CPU build): the same
   three topologies on ``quickstart_vllm.toml`` (one managed vLLM server; the two-process run's
   server started by rank 0; the Ray workers calling it directly), their ratios against ``vllm``
@@ -20,6 +22,7 @@ The last line printed is one JSON object.
     python benchmarks/scale.py [--steps 30] [--warmup 5] [--learn] [--modes inprocess,ray,two_processes]
     python benchmarks/scale.py --modes vllm,two_processes_vllm,ray_vllm [--learn]
     python benchmarks/scale.py --modes inprocess,ray,ray_two_processes
+    python benchmarks/scale.py --modes inprocess,two_processes,fsdp_two_processes [--learn]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ MODES: dict[str, list[str]] = {
     "ray": ["examples/configs/quickstart_ray.toml"],
     "two_processes": ["examples/configs/quickstart.toml", "--num_processes", "2"],
     "ray_two_processes": ["examples/configs/quickstart_ray.toml", "--num_processes", "2"],
+    "fsdp_two_processes": ["examples/configs/quickstart.toml", "--num_processes", "2", "--fsdp"],
     # against vLLM (its CPU build; `--modes vllm,two_processes_vllm,ray_vllm`): one managed server each
     "vllm": [VLLM],
     "two_processes_vllm": [VLLM, "--num_processes", "2"],

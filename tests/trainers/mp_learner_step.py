@@ -78,7 +78,12 @@ def learner_step(cfg_path: Path, out: Path, split: bool = False) -> dict[str, fl
         metrics = trainer._global_train_metrics(trainer._optimize(batch))
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank{dist.rank}.json").write_text(json.dumps({"world_size": dist.world_size, **metrics}))
-        state = trainer.accelerator.unwrap_model(trainer.model).state_dict()
+        if trainer.policy.sharded:  # FSDP: the whole weights, gathered (every rank takes part)
+            from trainers.grpo.learn.fsdp import full_state_dict
+
+            state = full_state_dict(trainer.model)
+        else:
+            state = trainer.accelerator.unwrap_model(trainer.model).state_dict()
         torch.save({k: v.detach().cpu() for k, v in state.items()}, out / f"params_rank{dist.rank}.pt")
         return metrics
     finally:

@@ -5,7 +5,9 @@ starts with ``[vllm]`` and alone pushes weights to): ``accelerate launch
 --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml``, ``accelerate launch --cpu
 --num_processes N ...`` or ``vf-train CONFIG.toml --num_processes N`` (both relaunch through
 accelerate, `trainers.grpo.dist.launch`); ``prompts_per_step`` is the global number of prompts and
-must be divisible by N. Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
+must be divisible by N. Sharded (FSDP2): ``accelerate launch --config_file
+examples/accelerate/fsdp.yaml ...`` or ``vf-train CONFIG.toml --num_processes N --fsdp``
+(`trainers.grpo.learn.fsdp`). Rollouts on Ray: ``[ray]`` in the config (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(
-            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR] | --overwrite] [--num_processes N]\n"
+            "usage: vf-train CONFIG.toml [--key value ...] [--resume [CHECKPOINT_DIR] | --overwrite] [--num_processes N [--fsdp]]\n"
             "  several GPUs: accelerate launch --multi_gpu --num_processes N -m trainers.grpo.cli CONFIG.toml\n"
             "  against vLLM: --base_url http://127.0.0.1:8000/v1[,http://...] (servers from vf-vllm), or [vllm] in the config\n"
             "  every TrainConfig field can be overridden, e.g. --learning_rate 1e-4 --tiny_model.hidden_size 128\n"
@@ -29,16 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers.errors import ConfigError
 
     try:  # several processes: relaunch this command under accelerate (trainers/grpo/dist/launch.py)
-        from trainers.grpo.dist.launch import cpu_launch_request, pop_num_processes, relaunch
+        from trainers.grpo.dist.launch import cpu_launch_request, pop_fsdp, pop_num_processes, relaunch
 
-        n, cpu = pop_num_processes(args), False
+        n, cpu, fsdp = pop_num_processes(args), False, pop_fsdp(args)
         if n is None:
-            n, cpu = cpu_launch_request(), True
+            request = cpu_launch_request()
+            if request is not None:
+                (n, fsdp), cpu = request, True
+        if fsdp and (n is None or n < 2):
+            raise ConfigError("--fsdp shards the model over several processes: add --num_processes N (N >= 2)")
     except ConfigError as exc:
         print(f"vf-train: {exc}", file=sys.stderr)
         return 2
     if n is not None and n > 1 and "WORLD_SIZE" not in os.environ:
-        return relaunch(n, args, cpu=cpu)
+        return relaunch(n, args, cpu=cpu, fsdp=fsdp)
     resume: str | bool = False
     if "--resume" in args:
         i = args.index("--resume")

@@ -41,6 +41,7 @@ from trainers.grpo.run.reporting import MetricsLogger, TrainSummary, summarize
 from trainers.grpo.run.signals import StopSignals
 from trainers.grpo.run.watch import format_loss
 from trainers.grpo.sync.managed import ManagedServers
+from trainers.grpo.sync.mirrored import MirroredSync
 from trainers.grpo.sync.weight_sync import WeightSync, make_weight_sync
 from verifiers.envs.loader import load_environment
 from verifiers.errors import ServerError
@@ -103,8 +104,10 @@ class GRPOTrainer:
         urls = self.servers.start(cfg, model_path, self.out, self.console.print, self.dist)  # rank 0 starts them
         # Each rank's embedded engine samples with its own seed (seed + rank) where a request has none.
         sync_cfg = cfg if self.dist.is_main else cfg.model_copy(update={"seed": cfg.seed + self.dist.rank})
-        self.sync = make_weight_sync(sync_cfg, self.policy.unwrapped(), self.tokenizer, self.out, urls,
+        self.sync = make_weight_sync(sync_cfg, self.policy.served(), self.tokenizer, self.out, urls,
                                      log=self.console.print, dist=self.dist)
+        if self.policy.sharded:  # FSDP: the engine and the sync read a full copy, gathered after each step
+            self.sync = MirroredSync(self.sync, self.policy.refresh_mirror)
         self.env = load_environment(cfg.env_id, **cfg.env_args)
         self.env.use_tokenizer(self.tokenizer)  # e.g. an agent program's calls then continue token-exactly
         rows = training_rows(self.env, self.tokenizer, cfg, self.console.print)
@@ -310,6 +313,6 @@ class GRPOTrainer:
         """A run that reached ``max_steps``: the last checkpoint, the final model, samples, curves."""
         self._checkpoint()
         if self.dist.is_main:
-            self.sync.save_final(self.policy.unwrapped(), self.tokenizer, self.out / "final_model")
+            self.sync.save_final(self.policy.served(), self.tokenizer, self.out / "final_model")
         self.dist.barrier()  # final_model exists on every rank's return
         self.show.finish(self._last_groups, self.step, self.out)

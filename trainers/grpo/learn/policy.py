@@ -2,7 +2,12 @@
 
 `build_policy` loads and wraps everything in the order the run needs (seeded before it is
 called); `Policy` holds the pieces and the few things done with them at every step: the
-reference model, the precision of the forward passes and DDP's backward.
+reference model, the precision of the forward passes, DDP's (or FSDP's) backward and the
+gradient norm.
+
+Under FSDP (`trainers.grpo.learn.fsdp`) the trained model's parameters are shards, so what
+needs whole weights (the embedded engine, the weight sync to vLLM, the final model) reads a
+full copy, the ``mirror``, refreshed by one gather after each optimizer step (`refresh_mirror`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 
 from trainers.grpo.algo.algorithms import AlgorithmPreset
 from trainers.grpo.dist.ranks import Dist
+from verifiers.errors import ConfigError
 
 
 def resolve_model_path(cfg: Any, out: Path, dist: Dist, log: Callable[[str], None]) -> str:
@@ -41,7 +47,8 @@ class Policy:
     """The trained model and what updates it (built by `build_policy`)."""
 
     def __init__(self, cfg: Any, dist: Dist, *, model: Any, ref_model: Any, tokenizer: Any,
-                 params: list[torch.nn.Parameter], optimizer: Any, scheduler: Any, accelerator: Any) -> None:
+                 params: list[torch.nn.Parameter], optimizer: Any, scheduler: Any, accelerator: Any,
+                 fsdp: Any = None, mirror: Any = None) -> None:
         self.cfg = cfg
         self.dist = dist
         self.model = model  # the prepared (under DDP: wrapped) model
@@ -52,6 +59,38 @@ class Policy:
         self.scheduler = scheduler
         self.accelerator = accelerator
         self.device = accelerator.device
+        self.fsdp = fsdp  # FSDPSettings when the model is sharded (`trainers.grpo.learn.fsdp`)
+        self.mirror = mirror  # FSDP: a full, untrained copy of the weights for the engine and the sync
+
+    @property
+    def sharded(self) -> bool:
+        return self.fsdp is not None
+
+    def served(self) -> Any:
+        """The model whose whole weights are sampled from and synced: the mirror under FSDP."""
+        return self.mirror if self.sharded else self.unwrapped()
+
+    def refresh_mirror(self) -> None:
+        """FSDP: gather the trained weights into the mirror (a collective: every rank calls it)."""
+        if not self.sharded:
+            return
+        from trainers.grpo.learn.fsdp import gather_into
+
+        gather_into(self.model, self.mirror)
+
+    def clip_grad_norm(self, max_norm: float | None) -> float:
+        """The global gradient norm (clipped to ``max_norm`` when given).
+
+        Under FSDP the gradients are DTensor shards: torch's ``clip_grad_norm_`` reduces each
+        shard's norm over the ranks, so the norm (and the clip) is the whole model's.
+        """
+        if self.sharded:
+            gn = torch.nn.utils.clip_grad_norm_(self.params, float("inf") if max_norm is None else max_norm)
+            full = getattr(gn, "full_tensor", None)
+            return float(full() if full is not None else gn)
+        if max_norm is not None:
+            return float(self.accelerator.clip_grad_norm_(self.params, max_norm))
+        return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in self.params if p.grad is not None])))
 
     def unwrapped(self) -> Any:
         """The transformers (or peft) model inside any DDP wrapper."""
@@ -79,10 +118,16 @@ class Policy:
 
         Each rank's loss is its share of the global loss (global normaliser), and DDP averages
         gradients over ranks, so the loss is scaled by the world size: the reduced gradient is
-        then the one a single process gets on the union batch.
+        then the one a single process gets on the union batch. FSDP averages too, but reduces
+        (reduce-scatter) after every micro-batch: skipping it would keep whole, unsharded
+        gradients alive between micro-batches, the memory sharding is there to save; the sum of
+        the reduced shares is the same gradient.
         """
         if self.dist.active:
             loss = loss * self.dist.world_size
+        if self.sharded:
+            loss.backward()
+            return
         with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
             self.accelerator.backward(loss)
 
@@ -92,6 +137,8 @@ class Policy:
         The flag lives on the transformers model, not on a DDP wrapper, so it is read from the
         unwrapped module (``completion_logps`` only sees the wrapper it is given).
         """
+        if self.sharded:  # the shared-prompt path runs a data-dependent number of passes; FSDP needs equal counts
+            return False
         lm = self.unwrapped()
         flags = ("is_activation_checkpointing", "is_gradient_checkpointing")
         return not any(bool(getattr(lm, f, False)) for f in flags)
@@ -99,12 +146,15 @@ class Policy:
 
 def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist) -> Policy:
     """Load the model (float32 by default), add the reference copy or LoRA, AdamW and the schedule."""
+    from trainers.grpo.learn.fsdp import whole_loading
     from verifiers.inference.loading import load_model_and_tokenizer
 
     # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
     # round away unless they exceed half its last bit (see docs/training.md, "Precision").
-    model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
+    with whole_loading():  # under FSDP every rank needs the whole weights (see `whole_loading`)
+        model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
     model.eval()  # no dropout: the sampler and the learner must see the same function
+    fsdp = fsdp_settings(cfg, dist)
     ref_model = None
     if preset.uses_reference and not cfg.lora:
         ref_model = copy.deepcopy(model).requires_grad_(False)
@@ -117,6 +167,15 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
     if cfg.gradient_checkpointing:  # the old name is deprecated in transformers 5
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
+    mirror = None
+    if fsdp is not None:  # shard last, once the modules are final; the optimizer is built on the shards
+        from trainers.grpo.learn.fsdp import broadcast_from_rank0, shard
+
+        broadcast_from_rank0(model)  # e.g. LoRA's random lora_A: every rank shards the same values
+        mirror = copy.deepcopy(model).requires_grad_(False).to(dist.device)
+        model = shard(model, fsdp, dist.device)
+        if ref_model is not None:  # sharded too: a full reference per rank would cost what sharding saves
+            ref_model = shard(ref_model, fsdp, dist.device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
@@ -137,11 +196,27 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
                               kwargs_handlers=_ddp_kwargs())
     # The scheduler is not prepared: accelerate's wrapper would step it once per process at
     # every optimizer step (it assumes a batch per process); here it steps once per step.
+    if fsdp is not None:  # sharded above; accelerate's prepare would wrap it again (or, on CPUs, in DDP)
+        return Policy(cfg, dist, model=model, ref_model=ref_model, tokenizer=tokenizer, params=params,
+                      optimizer=optimizer, scheduler=scheduler, accelerator=accelerator, fsdp=fsdp, mirror=mirror)
     prepared, optimizer = accelerator.prepare(model, optimizer)
     if ref_model is not None:
         ref_model.to(accelerator.device)
     return Policy(cfg, dist, model=prepared, ref_model=ref_model, tokenizer=tokenizer, params=params,
                   optimizer=optimizer, scheduler=scheduler, accelerator=accelerator)
+
+
+def fsdp_settings(cfg: Any, dist: Dist) -> Any:
+    """The launch's FSDP settings when it asked for FSDP with several processes; else None (one
+    process trains its whole model whatever the launch config says)."""
+    from trainers.grpo.learn import fsdp
+
+    if not (fsdp.requested() and dist.active):
+        return None
+    if cfg.ray is not None:
+        raise ConfigError("[ray] rollouts with FSDP are not supported: the Ray path serves the trainer's own model, "
+                          "which FSDP shards; use DDP (drop --fsdp / use examples/accelerate/ddp.yaml) or no [ray]")
+    return fsdp.settings_from_env()
 
 
 def _ddp_kwargs() -> list[Any]:

@@ -136,13 +136,31 @@ class Learner:
             parts = list(torch.arange(len(batch), device=device).chunk(chunks))
         else:  # by the token budget; unshuffled, since the values do not depend on the split
             parts = [p.to(device) for p in micro_batches(batch, self.cfg.micro_batch_tokens)]
+        real = len(parts)
+        parts = self._even(parts)
         with torch.no_grad():
-            for part in parts:
+            for i, part in enumerate(parts):
                 sub = batch.select(part)
                 lp, _ = completion_logps(model, sub, self.cfg.temperature, with_entropy=False,
                                          chunk_tokens=self.cfg.logprob_chunk_tokens)
-                out[part, : lp.shape[1]] = lp
+                if i < real:  # a padding pass (FSDP) only keeps the ranks' collectives in step
+                    out[part, : lp.shape[1]] = lp
         return out
+
+    def _even(self, parts: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Under FSDP, ``parts`` padded to the largest count of any rank with one-row repeats.
+
+        Every FSDP forward and backward all-gathers and reduce-scatters with every other rank,
+        so a rank with fewer micro-batches would leave the others waiting forever; its extra
+        passes run on its first row and count zero (`_micro_batch`'s ``pad``).
+        """
+        if not self.policy.sharded:
+            return parts
+        most = max(self.dist.gather(len(parts)))
+        if most > len(parts) and not parts:
+            raise RuntimeError(f"rank {self.dist.rank} has no rows to train on while others do; FSDP needs every "
+                               "rank to run the same passes (every rollout of its groups was dropped)")
+        return parts + [parts[0][:1] for _ in range(most - len(parts))]
 
     def one_pass(self, plan: StepPlan, old: torch.Tensor | None, ref: torch.Tensor | None, step: int, it: int,
                  sums: dict[str, float]) -> float:
@@ -150,16 +168,15 @@ class Learner:
         cfg, policy = self.cfg, self.policy
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + step * 101 + it)
         parts = self._parts(plan, gen)
-        for part in parts:
+        real = len(parts)
+        parts = self._even(parts)
+        for i, part in enumerate(parts):
             # The sampler's logprobs are at temperature 1 (the raw log-softmax): comparable only then.
-            m = self._micro_batch(plan, part, old, ref, last=part is parts[-1], first=it == 0,
-                                  measure=it == 0 and cfg.temperature == 1.0)
+            m = self._micro_batch(plan, part, old, ref, last=i == len(parts) - 1, first=it == 0,
+                                  measure=it == 0 and cfg.temperature == 1.0, pad=i >= real)
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
-        if cfg.max_grad_norm is not None:
-            gn = policy.accelerator.clip_grad_norm_(policy.params, cfg.max_grad_norm)
-        else:
-            gn = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in policy.params if p.grad is not None]))
+        gn = policy.clip_grad_norm(cfg.max_grad_norm)
         self.on_commit()  # from here on the step is finished, not abandoned
         with self.updating():
             policy.optimizer.step()
@@ -184,11 +201,12 @@ class Learner:
         return [p.to(batch.input_ids.device) for p in plan_parts]
 
     def _micro_batch(self, plan: StepPlan, part: torch.Tensor, old: torch.Tensor | None, ref: torch.Tensor | None,
-                     *, last: bool, first: bool = True, measure: bool = False) -> dict[str, Any]:
+                     *, last: bool, first: bool = True, measure: bool = False, pad: bool = False) -> dict[str, Any]:
         """Forward, loss and backward of one micro-batch; its loss metrics. ``first``: the step's
         first pass, whose log-probabilities are the old policy's (on-policy; stored into ``old``
         for the later passes). ``measure``: also add its sampler-versus-learner logprob gap to
-        `mismatch` (first pass only, before any update)."""
+        `mismatch` (first pass only, before any update). ``pad``: a padding pass (`_even`): its
+        loss counts zero and it reports nothing."""
         cfg, preset = self.cfg, self.preset
         sub = plan.batch.select(part)
         width = sub.loss_mask.shape[1]
@@ -196,7 +214,7 @@ class Learner:
             self.policy.model, sub, cfg.temperature, entropy_grad=preset.entropy_coef != 0,
             chunk_tokens=cfg.logprob_chunk_tokens, share_prompts=self.policy.share_prompts(),
         )
-        if first and old is not None:
+        if first and old is not None and not pad:
             old[part, :width] = logp.detach()
         loss, m = compute_loss(
             preset,
@@ -211,6 +229,9 @@ class Learner:
             normalizer=plan.normalizer,
             sequence_tokens=sub.sequence_tokens,
         )
+        if pad:
+            self.policy.backward(loss * 0.0, last=last)
+            return {}
         self.policy.backward(loss, last=last)
         if measure:
             rl_mask = sub.loss_mask.to(torch.bool) & ~sub.is_expert.unsqueeze(-1)

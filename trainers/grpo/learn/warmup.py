@@ -129,7 +129,7 @@ def policy_warmup(policy: Policy, cfg: Any, rows: Sequence[TrainRow], *, updatin
         pad_id=policy.tokenizer.pad_token_id or 0, device=policy.device, seed=cfg.seed + dist.rank,
         # each rank's loss is the mean over its own rows: DDP's average over ranks is then the mean
         backward=lambda loss: policy.backward(loss / dist.world_size if dist.active else loss, last=True),
-        clip=policy.accelerator.clip_grad_norm_,
+        clip=lambda _params, max_norm: policy.clip_grad_norm(max_norm),
         updating=updating, log_path=out / "warmup.jsonl" if dist.is_main else None,
         print_line=print_line, chunk_tokens=cfg.logprob_chunk_tokens, step_offset=step_offset,
         tokens=tokens if cfg.sft_warmup_all_steps else "",

@@ -7,7 +7,8 @@ crash mid-write never leaves a half checkpoint that `--resume` would pick up. It
 pickled classes: tensors and plain Python only (rollouts as their JSON form), read back with
 ``torch.load(weights_only=True)``, so loading a checkpoint cannot run code.
 
-Several processes: rank 0 alone writes (every rank's weights are the same under DDP); what
+Several processes: rank 0 alone writes (every rank's weights are the same under DDP; under
+FSDP the shards are gathered to rank 0 first, into the same single-process layout); what
 differs per rank (its store, its RNGs) is kept under ``"ranks"``, one entry per rank, and is
 optional on load, so a checkpoint of N processes resumes with M (ranks beyond N start from
 their seeds). Tensors load onto the CPU (``map_location``): saved from GPU 0, they would
@@ -214,15 +215,22 @@ class Checkpointer:
         and error paths pass False: ranks may get there at different moments, so no collective
         is safe; rank 0 saves alone, and the other ranks resume from their seeds.
         """
+        path = checkpoint_path(self.root, step)
+        if self.policy.sharded and not together:
+            # The weights and the optimizer state are shards: gathering them is a collective the
+            # other ranks are not at. The last regular checkpoint stands.
+            self.console.print(f"[yellow]FSDP: no checkpoint at step {step} on this exit (the shards can only be "
+                               "gathered with every rank); resume from the last regular one[/yellow]")
+            return path
         own = {k: state[k] for k in PER_RANK}
         ranks = self.dist.gather(own) if together else [own]
-        path = checkpoint_path(self.root, step)
+        model, optimizer = self._weights()
         if self.dist.is_main:
             payload = {
                 **state,
                 "ranks": ranks,
-                "model": self.policy.unwrapped().state_dict(),
-                "optimizer": self.policy.optimizer.state_dict(),
+                "model": model,
+                "optimizer": optimizer,
                 "scheduler": self.policy.scheduler.state_dict(),
                 "config": self.cfg.model_dump(mode="json"),
             }
@@ -239,8 +247,7 @@ class Checkpointer:
             self.console.print("[yellow]no checkpoint to resume from; starting fresh[/yellow]")
             return None
         path, state = found
-        self.policy.unwrapped().load_state_dict(state["model"])
-        self.policy.optimizer.load_state_dict(state["optimizer"])
+        self._load_weights(state["model"], state["optimizer"])
         self.policy.scheduler.load_state_dict(state["scheduler"])
         self.generator.load_state_dict(state["generator"])  # the global prompt order: the same on every rank
         own = rank_state(state, self.dist.rank)
@@ -252,3 +259,31 @@ class Checkpointer:
         self.sync.on_resume(resumed.version)
         self.console.print(f"resumed from {path} at step {resumed.step}")
         return resumed
+
+    def _weights(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The whole model and optimizer state (on rank 0; under FSDP gathered, with every rank taking part).
+
+        Both are in a single process's layout either way, so a checkpoint of a sharded run resumes
+        in one process and the other way round.
+        """
+        policy = self.policy
+        if not policy.sharded:
+            if not self.dist.is_main:
+                return {}, {}
+            return policy.unwrapped().state_dict(), policy.optimizer.state_dict()
+        from trainers.grpo.learn.fsdp import full_optimizer_state, full_state_dict
+
+        return (full_state_dict(policy.model, rank0_only=True),
+                full_optimizer_state(policy.model, policy.optimizer, policy.params))
+
+    def _load_weights(self, model: dict[str, Any], optimizer: dict[str, Any]) -> None:
+        """Load the whole model and optimizer state (every rank read the file): under FSDP each rank keeps its shards."""
+        policy = self.policy
+        if not policy.sharded:
+            policy.unwrapped().load_state_dict(model)
+            policy.optimizer.load_state_dict(optimizer)
+            return
+        from trainers.grpo.learn.fsdp import load_full_optimizer_state, load_full_state_dict
+
+        load_full_state_dict(policy.model, model)
+        load_full_optimizer_state(policy.model, policy.optimizer, policy.params, optimizer)

@@ -90,6 +90,7 @@ class RunDisplay:
             **({"torch threads": self.threads} if self.threads and policy.device.type == "cpu" else {}),
             "dtype": precision,
             "parameters": f"{total:,}" + (f" ({trainable:,} trained)" if trainable != total else ""),
+            **({"sharding": sharding(policy)} if policy.sharded else {}),
             "environment": f"{self.cfg.env_id} ({num_prompts} training prompts)",
             "algorithm": self.cfg.algorithm,
             "steps": f"{step}->{self.cfg.max_steps}",
@@ -116,3 +117,11 @@ class RunDisplay:
             )
             rows.append((prompt, comp, r.reward))
         self.console.print(samples_table(rows, f"samples at step {step}"))
+
+
+def sharding(policy: Policy) -> str:
+    """FSDP: how much of the model each rank holds (its shards of the DTensor parameters)."""
+    params = list(policy.model.parameters())
+    total = sum(p.numel() for p in params)
+    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in params)
+    return f"FSDP2 (fully_shard), {local:,} of {total:,} parameters on this rank"
