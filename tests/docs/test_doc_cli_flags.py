@@ -35,7 +35,7 @@ CLIS = {
     "python -m verifiers.testing.server": "verifiers.testing.spawn",
 }
 TRAIN = ("vf-train", "python -m trainers.grpo.cli", "-m trainers.grpo.cli")
-TRAIN_CLI_FLAGS = {"--resume", "--overwrite", "--num_processes", "-h", "--help"}  # trainers/grpo/cli.py
+TRAIN_CLI_FLAGS = {"--resume", "--overwrite", "--num_processes", "--fsdp", "-h", "--help"}  # trainers/grpo/cli.py
 TRAIN_USAGE = {"--key"}  # usage notation: `vf-train CONFIG.toml [--key value ...]`
 
 
@@ -110,6 +110,7 @@ FOREIGN = {
     "--test-only": "scripts/update-constraints.sh", "--learn": "benchmarks/scale.py",
     "--steps": "benchmarks/scale.py", "--loss": "benchmarks/agentic_copy_probe.py",
     "--tools": "benchmarks/agentic_copy_probe.py", "--ahead": "benchmarks/trainer_step.py",
+    "--cpu": "accelerate", "--modes": "benchmarks/scale.py",
 }
 
 

@@ -226,6 +226,10 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
         "vLLM", "2 training processes against vLLM servers; tests/vllm/test_vllm_ddp.py runs both CPU forms"),
     (SCALE, "several-training-processes-against-vllm#2"): Skip(
         "long", "the 200-step learning run with 2 processes and vLLM whose figures the docs quote (~2.5 minutes)"),
+    (SCALE, "fsdp-sharded-training-processes#1"): Skip(
+        "long", "CONFIG.toml is a placeholder; tests/trainers/test_fsdp.py runs both forms on the quickstart"),
+    (SCALE, "rollouts-on-ray-with-several-training-processes#1"): Skip(
+        "long", "the Ray quickstart in 2 processes (minutes); tests/trainers/test_ray_ranks.py runs that launch"),
     (SCALE, "rollouts-on-ray#1"): Skip("installs", "pip install; then the quickstart on Ray, "
                                                    "long (minutes): measured by benchmarks/scale.py --learn; "
                                                    "tests/trainers/test_ray.py runs the workers"),
