@@ -30,8 +30,8 @@ class RecomputingLearner(Learner):
         return old, ref
 
     def _micro_batch(self, plan: StepPlan, part: torch.Tensor, old: torch.Tensor | None, ref: torch.Tensor | None,
-                     *, last: bool, first: bool = True, measure: bool = False) -> dict[str, Any]:
-        return super()._micro_batch(plan, part, old, ref, last=last, first=False, measure=measure)
+                     *, last: bool, first: bool = True, measure: bool = False, pad: bool = False) -> dict[str, Any]:
+        return super()._micro_batch(plan, part, old, ref, last=last, first=False, measure=measure, pad=pad)
 
 
 def _passes(trainer: Any, batch: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, float], list[Any], int]:
