@@ -51,16 +51,20 @@ def multiprocess_helpers() -> ModuleType:
 
 @dataclass
 class Watch:
-    """Records every descendant of this process while a run goes on; optionally SIGKILLs one rollout
-    worker (a descendant whose title is Ray's ``ray::RolloutWorker``) once ``metrics`` has a row."""
+    """Records every descendant of this process started while a run goes on; optionally SIGKILLs one
+    rollout worker (such a descendant whose title is Ray's ``ray::RolloutWorker``) once ``metrics``
+    has a row. Descendants already running at the start (an earlier test's Ray cluster in this
+    pytest process, a shared vLLM server) are not the run's: they are left out."""
 
     metrics: Path | None = None
     seen: set[int] = field(default_factory=set)
     killed: list[int] = field(default_factory=list)
     listening: list[tuple[int, str, str]] = field(default_factory=list)  # (pid, process name, address)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _before: set[int] = field(default_factory=set)
 
     def __enter__(self) -> Watch:
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -71,7 +75,7 @@ class Watch:
         self._poll()
 
     def _poll(self) -> list[Any]:
-        procs = psutil.Process().children(recursive=True)
+        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in self._before]
         self.seen |= {p.pid for p in procs}
         return procs
 
@@ -113,6 +117,17 @@ class Runs:
     watch_one: Watch
 
 
+def described(pids: set[int]) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of each process, for a failure message."""
+    out = []
+    for pid in sorted(pids):
+        try:
+            out.append((pid, " ".join(psutil.Process(pid).cmdline())[:200]))
+        except psutil.Error:
+            out.append((pid, "?"))
+    return out
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -136,7 +151,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path, base_mod
                                             root / "two.log", timeout_s=300, cpu=True)
     assert code == 0, output[-5000:]
     gone = left_alive(watch_two.seen)
-    assert not gone, f"processes of the 2-process run left behind: {sorted(gone)}"
+    assert not gone, f"processes of the 2-process run left behind: {described(gone)}"
 
     # The same run in one process (this one), with its own local cluster; the workers import the
     # test environment by name, through the PYTHONPATH the trainer hands them.
