@@ -11,10 +11,7 @@ The reference model (KL) is sharded too.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -49,17 +46,7 @@ SETTINGS: dict[str, Any] = {**mp.SETTINGS, "algorithm_overrides": {"beta": 0.04}
 
 def launch(cmd: list[str], env_dir: Path, log: Path, timeout_s: float = 300.0) -> tuple[int, str]:
     """Run a launcher command; on timeout kill the launched process group only."""
-    with log.open("w+") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=mp.child_env(env_dir),
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        out.seek(0)
-        return code, out.read()
+    return mp.run_in_session(cmd, mp.child_env(env_dir), log, timeout_s)
 
 
 def accelerate_fsdp(args: list[str], env_dir: Path, log: Path) -> tuple[int, str]:

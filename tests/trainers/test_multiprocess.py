@@ -82,8 +82,13 @@ def accelerate_launch(args: list[str], env_dir: Path, log: Path, timeout_s: floa
     form = ["--cpu", *common] if cpu else ["--multi_gpu", *common, "--main_process_ip", "127.0.0.1",
                                            "--main_process_port", str(free_port())]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *form, *args]
+    return run_in_session(cmd, child_env(env_dir), log, timeout_s)
+
+
+def run_in_session(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float) -> tuple[int, str]:
+    """Run a launcher command in its own session, output to ``log``; on timeout kill that group only."""
     with log.open("w+") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=child_env(env_dir),
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True)
         try:
             code = proc.wait(timeout=timeout_s)

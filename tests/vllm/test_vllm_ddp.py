@@ -93,6 +93,20 @@ def child_env(env_dir: Path) -> dict[str, str]:
     return env
 
 
+
+def assert_servers_serve(servers: list[Any], final_model: Path, version: str) -> None:
+    """Every server serves ``final_model``'s weights (probe logprobs within 1e-3) at weight ``version``."""
+    from trainers.grpo.sync import probe as sync_probe
+    from verifiers.inference.loading import load_model_and_tokenizer
+
+    trained, tok = load_model_and_tokenizer(final_model)
+    ids = sync_probe.probe_token_ids(tok)
+    for s in servers:
+        served = VLLMAdmin(s.base_url).prompt_logprobs("policy", ids)
+        assert sync_probe.compare(s.base_url, served, sync_probe.trainer_logprobs(trained, ids)).max_abs_diff <= 1e-3
+        assert VLLMAdmin(s.base_url).weight_version() == version
+
+
 def run(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float = 420) -> tuple[int, str]:
     """Run a launch in its own session; on timeout kill that session only (the launcher and its ranks)."""
     with log.open("w+") as out:
@@ -278,15 +292,7 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
     assert_synced(rows[3:], ranks=2, servers=2)
     assert_each_replica_verified(rows[2:], servers=2)
     # The merged final model is what both servers serve under the base name now.
-    from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
-
-    trained, tok = load_model_and_tokenizer(out / "final_model")
-    ids = sync_probe.probe_token_ids(tok)
-    for s in servers:
-        served = VLLMAdmin(s.base_url).prompt_logprobs("policy", ids)
-        assert sync_probe.compare(s.base_url, served, sync_probe.trainer_logprobs(trained, ids)).max_abs_diff <= 1e-3
-        assert VLLMAdmin(s.base_url).weight_version() == "4"
+    assert_servers_serve(servers, out / "final_model", "4")
     assert_gone(training_pids(scored(log)))
 
 
@@ -294,9 +300,6 @@ def test_two_external_servers_and_resume_with_another_number_of_processes(
     tmp_path: Path, env_dir: Path, quickstart_vllm: Path, base_servers: tuple[Path, list[VLLMServer]]
 ) -> None:
     """2 processes train steps 1-2, 1 process resumes for step 3, 2 processes again for step 4."""
-    from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
-
     model, servers = base_servers
     urls = ",".join(s.base_url for s in servers)
     out, log = tmp_path / "run", tmp_path / "scored.jsonl"
@@ -327,12 +330,7 @@ def test_two_external_servers_and_resume_with_another_number_of_processes(
     assert {ln["rank"] for ln in step3} == {0}  # the one-process step generated all groups itself
     assert_whole_disjoint_groups(lines[len(first) + PROMPTS * G:], 1)
     # Both servers serve the final weights, at the version of the last step.
-    trained, tok = load_model_and_tokenizer(out / "final_model")
-    ids = sync_probe.probe_token_ids(tok)
-    for s in servers:
-        served = VLLMAdmin(s.base_url).prompt_logprobs("policy", ids)
-        assert sync_probe.compare(s.base_url, served, sync_probe.trainer_logprobs(trained, ids)).max_abs_diff <= 1e-3
-        assert VLLMAdmin(s.base_url).weight_version() == "4"
+    assert_servers_serve(servers, out / "final_model", "4")
     assert_gone(training_pids(lines))
 
 
