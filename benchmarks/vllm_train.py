@@ -50,17 +50,21 @@ RUNS = {
 }
 
 
-def run(name: str, extra: list[str], steps: int, skip: int, tmp: Path) -> dict[str, float]:
-    out = tmp / name
+def train(label: str, out: Path, extra: list[str]) -> tuple[list[dict[str, float]], float]:
+    """One quiet `vf-train` run of CONFIG into ``out``: its metrics.jsonl rows and its wall time."""
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.grpo.cli", str(CONFIG), "--output_dir", str(out), "--max_steps", str(steps),
-         "--progress", "false", "--plot", "false", "--num_sample_completions", "0", "--save_every", "0", *extra],
+        [sys.executable, "-m", "trainers.grpo.cli", str(CONFIG), "--output_dir", str(out), "--progress", "false",
+         "--plot", "false", "--num_sample_completions", "0", "--save_every", "0", *extra],
         capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
-    all_rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()], wall
+
+
+def run(name: str, extra: list[str], steps: int, skip: int, tmp: Path) -> dict[str, float]:
+    all_rows, wall = train(name, tmp / name, ["--max_steps", str(steps), *extra])
     rows = all_rows[skip:]
     stepping_s = sum(r["time/step_s"] for r in all_rows)
 
@@ -86,18 +90,10 @@ PATHS = {"embedded": RUNS["inprocess"], "vllm": RUNS["vllm_1"]}
 
 def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path) -> dict[str, float | int | str]:
     """One training run to the end; the learning figures from its metrics.jsonl."""
-    out = tmp / f"{shape}_{path}_{seed}"
     extra = [*SHAPES[shape], *PATHS[path], "--seed", str(seed)]
     if steps is not None:
         extra += ["--max_steps", str(steps)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "trainers.grpo.cli", str(CONFIG), "--output_dir", str(out), "--progress", "false",
-         "--plot", "false", "--num_sample_completions", "0", "--save_every", "0", *extra],
-        capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{shape}/{path}/seed {seed} failed:\n{proc.stderr[-3000:]}")
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows, wall = train(f"{shape}/{path}/seed {seed}", tmp / f"{shape}_{path}_{seed}", extra)
     tenth = max(1, len(rows) // 10)
     rewards = [r["reward"] for r in rows]
     res: dict[str, float | int | str] = {
@@ -108,7 +104,7 @@ def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path) -> dic
         "sampler_logp_diff_max": max((r.get("sampler/logp_diff_max", 0.0) for r in rows), default=0.0),
         "stuck_steps": round(statistics.fmean(r["frac_reward_zero_std"] >= 1.0 and r["reward"] < 0.5
                                               for r in rows[tenth:]), 3),
-        "wall_s": round(time.perf_counter() - t0, 1),
+        "wall_s": round(wall, 1),
     }
     print(json.dumps(res), flush=True)
     return res
