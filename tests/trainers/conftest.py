@@ -206,20 +206,34 @@ def subprocess_env(dense_env_dir: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def left_alive() -> Callable[[set[int]], set[int]]:
+def left_alive() -> Callable[[set[int]], dict[int, str]]:
     """``left_alive(pids)``: those of ``pids`` (processes a test started) still running after up to
-    30 s; zombies count as gone. The Ray tests check their clusters' processes with it."""
+    60 s, as ``{pid: command line}`` so a failure says what was left; zombies count as gone. The
+    Ray tests check their clusters' processes with it. 60 s, not less: on a loaded 2-core machine
+    a Ray worker can take tens of seconds to notice its raylet is gone."""
     import time
 
     import psutil
 
-    def check(pids: set[int], timeout_s: float = 30.0) -> set[int]:
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def command(pid: int) -> str:
+        try:
+            return " ".join(psutil.Process(pid).cmdline())[:200]
+        except psutil.Error:
+            return "?"
+
+    def check(pids: set[int], timeout_s: float = 60.0) -> dict[int, str]:
         deadline = time.monotonic() + timeout_s
         alive = set(pids)
         while alive and time.monotonic() < deadline:
-            alive = {p for p in alive if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+            alive = {p for p in alive if running(p)}
             time.sleep(0.2)
-        return alive
+        return {p: command(p) for p in sorted(alive)}
 
     return check
 

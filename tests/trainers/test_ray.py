@@ -36,7 +36,7 @@ def descendants() -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(dense_env_dir: Path, left_alive: Callable[..., set[int]],
+def ray_cluster(dense_env_dir: Path, left_alive: Callable[..., dict[int, str]],
                 restore_environ: Callable[..., None]) -> Iterator[set[int]]:
     """A local cluster; yields the pids of the processes it started (checked again at teardown)."""
     saved = {k: os.environ.get(k) for k in local_env()}
@@ -53,7 +53,7 @@ def ray_cluster(dense_env_dir: Path, left_alive: Callable[..., set[int]],
         ray.shutdown()
         alive = left_alive(started)
         restore_environ(saved)
-        assert not alive, f"Ray processes left behind: {sorted(alive)}"
+        assert not alive, f"Ray processes left behind: {alive}"
 
 
 # -- the cluster ------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def descendants() -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def cluster(dense_env_dir: Path, left_alive: Callable[..., set[int]],
+def cluster(dense_env_dir: Path, left_alive: Callable[..., dict[int, str]],
             restore_environ: Callable[..., None]) -> Iterator[Any]:
     """Head (1 CPU, no rollout resource) + two rollout nodes (1 CPU, ``rollout: 2`` each), joined."""
     from ray._private import ray_constants
@@ -62,7 +62,7 @@ def cluster(dense_env_dir: Path, left_alive: Callable[..., set[int]],
         alive = left_alive(started)
         ray_constants.ENABLE_RAY_CLUSTER = saved_switch
         restore_environ(saved)
-        assert not alive, f"Ray processes left behind: {sorted(alive)}"
+        assert not alive, f"Ray processes left behind: {alive}"
 
 
 def test_every_node_listens_on_loopback_only(cluster: Any) -> None:

@@ -117,16 +117,6 @@ class Runs:
     watch_one: Watch
 
 
-def described(pids: set[int]) -> list[tuple[int, str]]:
-    """``(pid, command line)`` of each process, for a failure message."""
-    out = []
-    for pid in sorted(pids):
-        try:
-            out.append((pid, " ".join(psutil.Process(pid).cmdline())[:200]))
-        except psutil.Error:
-            out.append((pid, "?"))
-    return out
-
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -134,7 +124,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path, base_model_dir: Path,
-         left_alive: Callable[..., set[int]],
+         left_alive: Callable[..., dict[int, str]],
          restore_environ: Callable[..., None]) -> Iterator[Runs]:
     mp = multiprocess_helpers()
     root = tmp_path_factory.mktemp("ray-ranks")
@@ -151,7 +141,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path, base_mod
                                             root / "two.log", timeout_s=300, cpu=True)
     assert code == 0, output[-5000:]
     gone = left_alive(watch_two.seen)
-    assert not gone, f"processes of the 2-process run left behind: {described(gone)}"
+    assert not gone, f"processes of the 2-process run left behind: {gone}"
 
     # The same run in one process (this one), with its own local cluster; the workers import the
     # test environment by name, through the PYTHONPATH the trainer hands them.
@@ -170,7 +160,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path, base_mod
         restore_environ(saved)
     assert not ray.is_initialized()  # the run shut down the cluster it started
     gone = left_alive(watch_one.seen)
-    assert not gone, f"processes of the 1-process run left behind: {sorted(gone)}"
+    assert not gone, f"processes of the 1-process run left behind: {gone}"
     yield Runs(two, output, read_rows(two / "metrics.jsonl"), one_rows, one_trainer, watch_two, watch_one)
 
 
