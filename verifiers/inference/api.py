@@ -34,6 +34,7 @@ from verifiers.inference.protocol import (
     TokenizeRequest,
     validation_error,
 )
+from verifiers.inference.render_cache import RenderCache
 from verifiers.inference.sse import DONE, ChunkWriter, merge_deltas
 from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
 
@@ -95,6 +96,7 @@ class EmbeddedAPI:
         self.engine = engine
         self.names = list(served_model_names)
         self.token_text = _TokenText(engine.tokenizer)
+        self.renders = RenderCache(engine.tokenizer)
         self.created = int(time.time())
         self.reload_dir = Path(reload_dir).resolve() if reload_dir is not None else None
         self._max_token_chars: int | None = None
@@ -193,13 +195,10 @@ class EmbeddedAPI:
         self.check_constraints(req)
         self.check_chars(_text_chars(req.messages) + _text_chars(tools), "messages")
         try:
-            prompt_ids = render_chat(
-                self.engine.tokenizer,
-                req.messages,
-                tools=tools,
-                add_generation_prompt=req.add_generation_prompt,
-                **(req.chat_template_kwargs or {}),
-            )
+            kwargs = req.chat_template_kwargs or {}
+            prompt_ids = self.renders.ids(req.messages, tools, req.add_generation_prompt, kwargs, lambda: render_chat(
+                self.engine.tokenizer, req.messages, tools=tools, add_generation_prompt=req.add_generation_prompt,
+                **kwargs))
         except Exception as exc:
             raise OpenAIError(400, f"the chat template could not render these messages: {exc}", param="messages") from None
         if req.top_logprobs and not req.logprobs:
