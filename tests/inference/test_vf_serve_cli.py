@@ -126,17 +126,19 @@ def test_device_cuda_with_a_cpu_only_torch_is_one_line(tiny_dir: Path, procs: An
                      "build of torch (`pip install torch` from PyPI, see docs/install.md), or use --device cpu"]
 
 
-def test_torch_threads_leave_one_core_for_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CPU the model gets the usable cores minus one (the loop writes every streamed token)."""
-    from verifiers.cli.serve import cpu_threads
+def test_torch_threads_leave_a_core_for_the_event_loop_only_for_a_small_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CPU a small model gets the usable cores minus one (the loop writes every streamed token
+    and its steps are short); from 5M parameters the matmuls dominate and get every core."""
+    from verifiers.cli.serve import COMPUTE_BOUND_PARAMS, cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     cores = len(os.sched_getaffinity(0))
-    assert cpu_threads(None, "cpu") == max(1, cores - 1)
-    assert cpu_threads(3, "cpu") == 3  # an explicit --threads wins
-    assert cpu_threads(None, "cuda") is None  # a GPU: torch's own setting
+    assert cpu_threads(None, "cpu", COMPUTE_BOUND_PARAMS - 1) == max(1, cores - 1)
+    assert cpu_threads(None, "cpu", COMPUTE_BOUND_PARAMS) == cores
+    assert cpu_threads(3, "cpu", 10) == 3  # an explicit --threads wins
+    assert cpu_threads(None, "cuda", 10**9) is None  # a GPU: torch's own setting
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert cpu_threads(None, "cpu") is None  # the user's explicit environment wins
+    assert cpu_threads(None, "cpu", 10**9) is None  # the user's explicit environment wins
 
 
 def test_threads_below_one_is_one_line_and_exit_2(tiny_dir: Path) -> None:
