@@ -1,6 +1,6 @@
 """Every headline benchmark, one after another, and one table of where we stand.
 
-    python benchmarks/run_all.py --quick                  # quick settings, ~15 minutes on 2 cores
+    python benchmarks/run_all.py --quick                  # quick settings, ~20 minutes on 2 cores
     python benchmarks/run_all.py                          # each benchmark's own defaults (an hour or more)
     python benchmarks/run_all.py --quick --only trainer_step,gateway_overhead
     python benchmarks/run_all.py --quick --no-readme      # print the table, leave benchmarks/README.md alone
@@ -190,7 +190,7 @@ class Bench:
 
 BENCHES = [
     Bench("serve_throughput", ["--sequential-requests", "4"], [], rows_serve_throughput, 300),
-    Bench("serve_vs_vllm", ["--sizes", "tiny", "--rounds", "2"], [], rows_serve_vs_vllm, 900,
+    Bench("serve_vs_vllm", ["--sizes", "tiny,25m", "--rounds", "2"], [], rows_serve_vs_vllm, 900,
           optional_flags=["--streaming"]),
     Bench("rollout_engine", ["--plain-only", "--quick"], ["--plain-only"], rows_rollout_engine, 600),
     Bench("trainer_step", ["--warmup", "1", "--steps", "3"], [], rows_trainer_step, 900),
