@@ -79,11 +79,11 @@ async def tokens_per_second(base_url: str, model: str, chats: list, max_tokens: 
 
 
 class VFServe:
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, threads: int | None = None) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "verifiers.cli.serve", str(model_dir), "--port", str(self.port),
-             "--served-model-name", "policy"],
+             "--served-model-name", "policy", *(["--threads", str(threads)] if threads else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.time() + 180
         while True:
@@ -108,7 +108,7 @@ def bench_size(name: str, a: argparse.Namespace, tmp: Path) -> dict[str, object]
     extra = ["--max-model-len", "1024"] + (["--enforce-eager"] if a.eager else [])
     vllm = VLLMServer(VLLMServerSpec(model_dir=str(model_dir), kv_cache_gib=2, extra_args=extra),
                       log_path=tmp / f"vllm-{name}.log").start(timeout_s=900)
-    ours = VFServe(model_dir)
+    ours = VFServe(model_dir, a.ours_threads)
     runs: dict[str, list[float]] = {"vf_serve": [], "vllm": []}
     try:
         for _ in range(a.rounds):  # alternate, so drifts in machine load hit both
@@ -144,7 +144,7 @@ def stream_size(name: str, a: argparse.Namespace, tmp: Path) -> dict[str, object
     extra = ["--max-model-len", "1024"] + (["--enforce-eager"] if a.eager else [])
     vllm = VLLMServer(VLLMServerSpec(model_dir=str(model_dir), kv_cache_gib=2, extra_args=extra),
                       log_path=tmp / f"vllm-{name}.log").start(timeout_s=900)
-    ours = VFServe(model_dir)
+    ours = VFServe(model_dir, a.ours_threads)
     runs: dict[str, list[dict[str, float]]] = {"ours": [], "vllm": []}
     try:
         for _ in range(a.rounds):  # alternate, so drifts in machine load hit both
@@ -199,6 +199,8 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--num-prompts", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--ours-threads", type=int, default=None,
+                    help="vf-serve --threads (default: vf-serve's own choice for the model's size)")
     a = ap.parse_args()
     if a.streaming:
         main_streaming(a)
