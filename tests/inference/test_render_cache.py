@@ -82,6 +82,16 @@ def test_a_new_template_a_clock_reading_template_and_non_json_messages_are_not_s
     assert cache.ids([{"role": "user", "content": "0"}], None, True, {}, lambda: [20]) == [20]
 
 
+def test_the_cache_holds_at_most_its_byte_budget(tokenizer) -> None:
+    """Long prompts that are each new (an agent's turns) push old entries out by size, not count."""
+    cache = RenderCache(tokenizer, max_bytes=20_000)
+    for i in range(10):
+        cache.ids([{"role": "user", "content": f"{i} " + "x" * 1000}], None, True, {}, lambda: list(range(200)))
+        assert cache.nbytes <= 20_000
+    assert 1 <= len(cache._entries) < 10
+    assert cache.nbytes == sum(len(k) + 36 * len(v) for k, v in cache._entries.items())
+
+
 def test_threads_asking_together_share_one_render_and_a_failed_render_is_not_kept(tokenizer) -> None:
     import threading
     import time

@@ -27,16 +27,23 @@ class _Pending:
         self.ids: tuple[int, ...] | None = None
 
 
+# Rough bytes an entry holds: its key's characters plus a Python int and a pointer per id.
+_BYTES_PER_ID = 36
+
+
 class RenderCache:
     """``cache.ids(messages, tools, add_generation_prompt, kwargs, render)``: ``render()``'s ids, once per input.
 
-    Bounded (least recently used entries leave first) and safe to share between threads; a
+    Bounded by entries and by an estimate of their bytes (an agent's multi-turn prompts are
+    long and each is new), least recently used first out; safe to share between threads; a
     change of the tokenizer's template empties it.
     """
 
-    def __init__(self, tokenizer: Any, max_entries: int = 4096) -> None:
+    def __init__(self, tokenizer: Any, max_entries: int = 4096, max_bytes: int = 64 << 20) -> None:
         self.tokenizer = tokenizer
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.nbytes = 0
         self.hits = 0
         self.misses = 0
         self._entries: OrderedDict[str, tuple[int, ...]] = OrderedDict()
@@ -57,6 +64,7 @@ class RenderCache:
         key = self._key(messages, tools, add_generation_prompt, template_kwargs)
         if key is None:
             return render()
+        template = self._template
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
@@ -79,9 +87,13 @@ class RenderCache:
             pending.ids = tuple(ids)
             with self._lock:
                 self.misses += 1
+                if self._template is not template:  # the template changed while this rendered
+                    return ids
                 self._entries[key] = pending.ids
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+                self.nbytes += _cost(key, pending.ids)
+                while self._entries and (len(self._entries) > self.max_entries or self.nbytes > self.max_bytes):
+                    old_key, old_ids = self._entries.popitem(last=False)
+                    self.nbytes -= _cost(old_key, old_ids)
             return ids
         finally:
             with self._lock:
@@ -95,9 +107,14 @@ class RenderCache:
         with self._lock:
             if template != self._template:  # a new template: nothing rendered before still holds
                 self._entries.clear()
+                self.nbytes = 0
                 self._template = template
         try:
             return json.dumps([messages, tools, add_generation_prompt, template_kwargs], separators=(",", ":"),
                               sort_keys=True, allow_nan=False)
         except (TypeError, ValueError):
             return None
+
+
+def _cost(key: str, ids: tuple[int, ...]) -> int:
+    return len(key) + _BYTES_PER_ID * len(ids)
