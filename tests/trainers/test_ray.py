@@ -31,8 +31,9 @@ COLUMNS = ("result", "reward")
 COMPARED = ("reward", "loss", "grad_norm", "entropy", "reward_std", "completions/mean_length", "rollouts/trained")
 
 
-def descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+def descendants() -> set[Any]:
+    """This process's descendants as ``psutil.Process`` objects (a pid and its start time)."""
+    return set(psutil.Process().children(recursive=True))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def ray_cluster(dense_env_dir: Path, left_alive: Callable[..., dict[int, str]],
     assert init_ray(None, num_cpus=2, runtime_env={"env_vars": {"PYTHONPATH": path}}), "Ray was already running"
     started = descendants() - before
     try:
-        yield started
+        yield {p.pid for p in started}
     finally:
         started |= descendants() - before  # workers started during the tests too
         ray.shutdown()

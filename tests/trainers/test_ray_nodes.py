@@ -27,8 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 COLUMNS = ("result", "reward")
 
 
-def descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+def descendants() -> set[Any]:
+    """This process's descendants as ``psutil.Process`` objects (a pid and its start time)."""
+    return set(psutil.Process().children(recursive=True))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def cluster(dense_env_dir: Path, left_alive: Callable[..., dict[int, str]],
                          for _ in range(2)]
         ray.init(address=nodes.address, _node_ip_address="127.0.0.1", configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": path}})
-        nodes.started = descendants() - before
+        nodes.started = {p.pid for p in descendants() - before}
         yield nodes
     finally:
         started = descendants() - before

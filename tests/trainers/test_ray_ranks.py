@@ -58,13 +58,14 @@ class Watch:
 
     metrics: Path | None = None
     seen: set[int] = field(default_factory=set)
+    procs: set[Any] = field(default_factory=set)  # psutil.Process of each pid seen (pid and start time)
     killed: list[int] = field(default_factory=list)
     listening: list[tuple[int, str, str]] = field(default_factory=list)  # (pid, process name, address)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _before: set[int] = field(default_factory=set)
+    _before: set[Any] = field(default_factory=set)
 
     def __enter__(self) -> Watch:
-        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
+        self._before = set(psutil.Process().children(recursive=True))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -75,7 +76,8 @@ class Watch:
         self._poll()
 
     def _poll(self) -> list[Any]:
-        procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in self._before]
+        procs = [p for p in psutil.Process().children(recursive=True) if p not in self._before]
+        self.procs |= set(procs)
         self.seen |= {p.pid for p in procs}
         return procs
 
@@ -140,7 +142,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path, base_mod
         code, output = mp.accelerate_launch(["-m", "trainers.grpo.cli", str(toml)], dense_env_dir,
                                             root / "two.log", timeout_s=300, cpu=True)
     assert code == 0, output[-5000:]
-    gone = left_alive(watch_two.seen)
+    gone = left_alive(watch_two.procs)
     assert not gone, f"processes of the 2-process run left behind: {gone}"
 
     # The same run in one process (this one), with its own local cluster; the workers import the
@@ -159,7 +161,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, dense_env_dir: Path, base_mod
         ray_constants.ENABLE_RAY_CLUSTER = saved_switch
         restore_environ(saved)
     assert not ray.is_initialized()  # the run shut down the cluster it started
-    gone = left_alive(watch_one.seen)
+    gone = left_alive(watch_one.procs)
     assert not gone, f"processes of the 1-process run left behind: {gone}"
     yield Runs(two, output, read_rows(two / "metrics.jsonl"), one_rows, one_trainer, watch_two, watch_one)
 

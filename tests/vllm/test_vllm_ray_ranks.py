@@ -83,6 +83,7 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines",
            "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "trainers.grpo.cli", str(config)]
     seen: set[int] = set()
+    procs: set[Any] = set()  # psutil.Process of each: a pid and its start time (pids wrap around in a CI run)
     with (tmp_path / "launch.log").open("w+") as output:
         proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, text=True, env=env,
                                 start_new_session=True)
@@ -90,7 +91,8 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
         try:
             while proc.poll() is None and time.monotonic() < deadline:  # every process of the run, while it lives
                 with contextlib.suppress(psutil.Error):
-                    seen |= {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+                    procs |= set(psutil.Process(proc.pid).children(recursive=True))
+                    seen |= {p.pid for p in procs}
                 time.sleep(0.5)
         finally:
             if proc.poll() is None:
@@ -119,7 +121,21 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
     ready = [ln for ln in text.splitlines() if "vLLM ready:" in ln]
     assert len(ready) == 1, text[-3000:]  # rank 0 alone started a server
     deadline = time.monotonic() + 30
-    while (alive := [p for p in seen if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]) \
-            and time.monotonic() < deadline:
+    while (alive := [p for p in procs if running(p)]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not alive, f"left running: {alive}"
+    assert not alive, f"left running: {[(p.pid, running_command(p)) for p in alive]}"
+
+
+def running(p: Any) -> bool:
+    """Still running, and still the process we saw (``is_running`` compares the start time too)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def running_command(p: Any) -> str:
+    try:
+        return " ".join(p.cmdline())[:200]
+    except psutil.Error:
+        return "?"
