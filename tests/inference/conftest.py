@@ -41,7 +41,7 @@ from verifiers.inference.engine import (  # noqa: E402
     StreamDelta,
 )
 from verifiers.inference.loading import load_model_and_tokenizer  # noqa: E402
-from verifiers.inference.runner import EmbeddedServer  # noqa: E402
+from verifiers.inference.runner import EmbeddedServer, inprocess_client  # noqa: E402
 from verifiers.inference.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 
 MODEL_NAME = "tiny"
@@ -340,3 +340,11 @@ class ProcessHelpers:
 @pytest.fixture(scope="session")
 def procs() -> type[ProcessHelpers]:
     return ProcessHelpers
+
+
+@pytest.fixture
+async def inproc(engine: InferenceEngine) -> AsyncIterator[openai.AsyncOpenAI]:
+    """An ``AsyncOpenAI`` over an in-memory ASGI transport to ``engine`` (no socket)."""
+    c = inprocess_client(engine, [MODEL_NAME])
+    yield c
+    await c.close()

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 
 import verifiers as vf
-from verifiers.inference.runner import inprocess_client
 
 MODEL = "tiny"
-
-
-@pytest.fixture
-async def inproc(engine) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = inprocess_client(engine, [MODEL])
-    yield c
-    await c.close()
 
 
 async def greedy(client: Any, text: str, max_tokens: int = 12) -> Any:

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 
 from verifiers.inference.render_cache import RenderCache
-from verifiers.inference.runner import inprocess_client
 
 MODEL = "tiny"
-
-
-@pytest.fixture
-async def inproc(engine) -> AsyncIterator[openai.AsyncOpenAI]:
-    c = inprocess_client(engine, [MODEL])
-    yield c
-    await c.close()
 
 
 def api_of(client: openai.AsyncOpenAI) -> Any:
