@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,44 +203,6 @@ def subprocess_env(dense_env_dir: Path) -> dict[str, str]:
     env["TQDM_DISABLE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
-
-
-@pytest.fixture(scope="session")
-def left_alive() -> Callable[..., dict[int, str]]:
-    """``left_alive(procs)``: those of ``procs`` (``psutil.Process`` objects of processes a test
-    started) still running after up to 60 s, as ``{pid: command line}`` so a failure says what
-    was left; zombies count as gone. The Ray tests check their clusters' processes with it.
-
-    A process is its pid *and* its start time (``psutil.Process.is_running``): on a machine with
-    32,768 pids a CI run wraps around, and a pid of ours that exited can name someone else's
-    process by teardown. 60 s, not less: on a loaded 2-core machine a Ray worker can take tens of
-    seconds to notice its raylet is gone.
-    """
-    import time
-
-    import psutil
-
-    def running(p: psutil.Process) -> bool:
-        try:
-            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
-    def command(p: psutil.Process) -> str:
-        try:
-            return " ".join(p.cmdline())[:200]
-        except psutil.Error:
-            return "?"
-
-    def check(procs: Iterable[psutil.Process], timeout_s: float = 60.0) -> dict[int, str]:
-        deadline = time.monotonic() + timeout_s
-        alive = set(procs)
-        while alive and time.monotonic() < deadline:
-            alive = {p for p in alive if running(p)}
-            time.sleep(0.2)
-        return {p.pid: command(p) for p in sorted(alive, key=lambda p: p.pid)}
-
-    return check
 
 
 @pytest.fixture(scope="session")

@@ -119,7 +119,6 @@ class Runs:
     watch_one: Watch
 
 
-
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

@@ -93,7 +93,6 @@ def child_env(env_dir: Path) -> dict[str, str]:
     return env
 
 
-
 def assert_servers_serve(servers: list[Any], final_model: Path, version: str) -> None:
     """Every server serves ``final_model``'s weights (probe logprobs within 1e-3) at weight ``version``."""
     from trainers.grpo.sync import probe as sync_probe

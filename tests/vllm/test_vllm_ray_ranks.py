@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def config_text(out: Path, log: Path, shipped: dict[str, Any]) -> str:
 
 
 def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
-    tmp_path: Path, quickstart_vllm: Path
+    tmp_path: Path, quickstart_vllm: Path, left_alive: Callable[..., dict[int, str]]
 ) -> None:
     import subprocess
     import tomllib
@@ -82,7 +83,6 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
     env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", TQDM_DISABLE="1", GLOO_SOCKET_IFNAME="lo")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines",
            "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "trainers.grpo.cli", str(config)]
-    seen: set[int] = set()
     procs: set[Any] = set()  # psutil.Process of each: a pid and its start time (pids wrap around in a CI run)
     with (tmp_path / "launch.log").open("w+") as output:
         proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, text=True, env=env,
@@ -92,7 +92,6 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
             while proc.poll() is None and time.monotonic() < deadline:  # every process of the run, while it lives
                 with contextlib.suppress(psutil.Error):
                     procs |= set(psutil.Process(proc.pid).children(recursive=True))
-                    seen |= {p.pid for p in procs}
                 time.sleep(0.5)
         finally:
             if proc.poll() is None:
@@ -117,25 +116,9 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
     assert len(by_prompt) == PROMPTS * STEPS and set(counts.values()) == {G}  # each group scored once, whole
     assert all(len(pids) == 1 for pids in by_prompt.values())  # ... by one process
     scorers = set().union(*by_prompt.values())
-    assert scorers <= seen, "groups were scored outside the run's Ray workers"
+    assert scorers <= {p.pid for p in procs}, "groups were scored outside the run's Ray workers"
     ready = [ln for ln in text.splitlines() if "vLLM ready:" in ln]
     assert len(ready) == 1, text[-3000:]  # rank 0 alone started a server
-    deadline = time.monotonic() + 30
-    while (alive := [p for p in procs if running(p)]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not alive, f"left running: {[(p.pid, running_command(p)) for p in alive]}"
+    alive = left_alive(procs, timeout_s=30)
+    assert not alive, f"left running: {alive}"
 
-
-def running(p: Any) -> bool:
-    """Still running, and still the process we saw (``is_running`` compares the start time too)."""
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def running_command(p: Any) -> str:
-    try:
-        return " ".join(p.cmdline())[:200]
-    except psutil.Error:
-        return "?"
