@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from verifiers.errors import OverlongPromptError, ServerError  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
+from verifiers.inference.fast_decode import FastDecoder  # noqa: E402
 from verifiers.inference.sampling import SamplingParams  # noqa: E402
 from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
@@ -116,12 +117,16 @@ def test_a_request_that_can_never_fit_fails_alone_with_a_clear_message(model_tok
     assert out.outputs[0].token_ids == _reference(model, PROMPTS[2], 12)
 
 
+def _raise_oom() -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+
 def _failing_forward(model: Any, should_fail: Any) -> Any:
     forward = model.forward
 
     def run(*args: Any, **kwargs: Any) -> Any:
         if should_fail(kwargs):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+            _raise_oom()
         return forward(*args, **kwargs)
 
     return run
@@ -142,20 +147,33 @@ def test_an_oom_in_prefill_fails_only_the_request_that_did_not_fit(model_tok, mo
     assert engine.stats["oom_failures"] >= 1
 
 
-def test_an_oom_while_decoding_sheds_the_newest_request_and_the_rest_finish(model_tok, monkeypatch) -> None:
+@pytest.mark.parametrize("fast_decode", [True, False], ids=["fast-decode", "transformers-forward"])
+def test_an_oom_while_decoding_sheds_the_newest_request_and_the_rest_finish(model_tok, monkeypatch,
+                                                                            fast_decode: bool) -> None:
     model, tok = model_tok
     long = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
     expected = _reference(model, PROMPTS[3], 30)
     state = {"armed": True}
 
     def fail_once_with_three_rows(kw: dict[str, Any]) -> bool:
-        hit = state["armed"] and kw["input_ids"].shape == (3, 1)
+        hit = state["armed"] and kw["input_ids"].numel() == 3 and kw["input_ids"].shape[0] == 3  # 3 rows, 1 token
         if hit:
             state["armed"] = False
         return hit
 
-    monkeypatch.setattr(model, "forward", _failing_forward(model, fail_once_with_three_rows))
-    with InferenceEngine(model, tok) as engine:
+    if fast_decode:  # the engine's own decoding step (verifiers.inference.fast_decode)
+        step = FastDecoder.__call__
+
+        def failing_step(self: FastDecoder, input_ids: Any, *args: Any) -> Any:
+            if fail_once_with_three_rows({"input_ids": input_ids}):
+                _raise_oom()
+            return step(self, input_ids, *args)
+
+        monkeypatch.setattr(FastDecoder, "__call__", failing_step)
+    else:
+        monkeypatch.setattr(model, "forward", _failing_forward(model, fail_once_with_three_rows))
+    with InferenceEngine(model, tok, fast_decode=fast_decode) as engine:
+        assert (engine._decoder.fast is not None) == fast_decode
         first = _together(engine, [(PROMPTS[3], long), (PROMPTS[4], long)])
         assert first[0].outputs[0].token_ids == expected
         with ThreadPoolExecutor(3) as pool:

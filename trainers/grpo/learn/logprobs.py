@@ -393,10 +393,11 @@ def _scatter(values: Tensor | None, pos: _Positions, shape: Sequence[int]) -> Te
 
 
 def _plain_positions(model: Any, decoder: nn.Module, batch: TrainBatch) -> tuple[_Positions, Tensor, Tensor]:
-    """One forward pass over the whole rows."""
-    hidden, out = _run(model, decoder, input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, use_cache=False)
+    """One forward pass over the whole rows but their last column (it predicts nothing)."""
     width = batch.input_ids.shape[1] - 1
+    run = slice(None, max(width, 1))
+    hidden, out = _run(model, decoder, input_ids=batch.input_ids[:, run], attention_mask=batch.attention_mask[:, run],
+                       position_ids=batch.position_ids[:, run], use_cache=False)
     rows, cols = batch.loss_mask.to(torch.bool).nonzero(as_tuple=True)
     pos = _Positions(hidden=hidden[rows, cols], targets=batch.input_ids[rows, cols + 1],
                      flat=rows * width + cols, anchor=hidden)
@@ -549,11 +550,13 @@ def _completion_positions(model: Any, decoder: nn.Module, batch: TrainBatch, row
     clens = lens - plens
     cid, cmask = _left_aligned(ids, plens, clens, C, right_pad=True)
     cpos = plens.unsqueeze(1) + torch.arange(C, device=device).unsqueeze(0)
-    hidden, out = _run(model, decoder, input_ids=cid, attention_mask=torch.cat([prompt_mask, cmask], 1),
-                       position_ids=cpos, past_key_values=cache, use_cache=True)
+    # The last column predicts nothing inside any row, so it is not run (1/C of the pass saved).
+    run = max(C - 1, 1)
+    hidden, out = _run(model, decoder, input_ids=cid[:, :run], attention_mask=torch.cat([prompt_mask, cmask[:, :run]], 1),
+                       position_ids=cpos[:, :run], past_key_values=cache, use_cache=True)
     # completion token j is predicted by the prompt's last position (j = 0) or completion j - 1;
     # it is target plens - 1 + j of its row
-    pred = torch.cat([first.unsqueeze(1), hidden[:, :-1, :]], dim=1)
+    pred = torch.cat([first.unsqueeze(1), hidden[:, : C - 1, :]], dim=1)
     j = torch.arange(C, device=device).unsqueeze(0)
     target_col = plens.unsqueeze(1) - 1 + j
     trained = (j < clens.unsqueeze(1)) & lmask.to(torch.bool).gather(1, target_col.clamp(max=width - 2))

@@ -54,6 +54,8 @@ class InferenceEngine:
     ``max_prefill_tokens`` bounds the new tokens one prefill forward processes (long prompts are
     prefilled in chunks). The cache is preallocated and written in place (`verifiers.inference.kv.SlotKV`).
     An out-of-memory error fails only the newest request; the others continue.
+    ``fast_decode`` decodes Llama-family float32 models on a CPU without transformers' forward
+    (`verifiers.inference.fast_decode`, same outputs); other models always use their own forward.
 
     ``logprobs_mode="raw"``
     (vLLM's default) reports log-softmax of the model's logits, before temperature and
@@ -71,6 +73,7 @@ class InferenceEngine:
         logprobs_mode: str = "raw",
         max_kv_tokens: int | None = None,
         max_prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
+        fast_decode: bool = True,
     ) -> None:
         if logprobs_mode not in ("raw", "processed"):
             raise ConfigError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
@@ -103,7 +106,8 @@ class InferenceEngine:
                       "request_failures": 0}
         self._decoder = DecodeBatch(model, device=self.device, seed=seed, budget=self.budget,
                                     max_prefill_tokens=self.max_prefill_tokens, logprobs_mode=logprobs_mode,
-                                    eos_ids=self.eos_ids, decode=self._decode, stats=self.stats)
+                                    eos_ids=self.eos_ids, decode=self._decode, stats=self.stats,
+                                    fast_decode=fast_decode)
 
     # -- construction ----------------------------------------------------------------------
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 
 from verifiers.inference.engine.outputs import advance, output
 from verifiers.inference.engine.requests import PrefillPlan, Request, Seq, batched_wakeups, step_error
+from verifiers.inference.fast_decode import FastDecoder
 from verifiers.inference.kv import RowTable, SlotKV
 from verifiers.inference.kv_budget import Budget
 from verifiers.inference.sampling import RowSampling
@@ -44,6 +45,7 @@ class DecodeBatch:
         eos_ids: set[int],
         decode: Callable[[list[int]], str],
         stats: dict[str, int],
+        fast_decode: bool = True,
     ) -> None:
         import torch
 
@@ -62,6 +64,7 @@ class DecodeBatch:
         self.table = RowTable(device)
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.cache = self.kv.cache(int(cfg.num_hidden_layers))
+        self.fast = FastDecoder.for_model(model) if fast_decode else None
         self._comp_key: tuple[int, ...] = ()
         self._comp: dict[str, Any] = {}
 
@@ -274,6 +277,8 @@ class DecodeBatch:
         attn = self.kv.attn
         attn[:rows].scatter_(1, cols.unsqueeze(1), 1)
         self.kv.plan_decode(rows, cols, width)
+        if self.fast is not None:
+            return self.fast(self.table.t["next"][:rows], self.table.t["pos"][:rows], attn[:rows, :width], self.kv)
         out = self.model(input_ids=self.table.t["next"][:rows].unsqueeze(1), attention_mask=attn[:rows, :width],
                          position_ids=self.table.t["pos"][:rows].unsqueeze(1), past_key_values=self.cache,
                          use_cache=True)
