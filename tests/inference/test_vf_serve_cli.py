@@ -145,3 +145,30 @@ def test_threads_below_one_is_one_line_and_exit_2(tiny_dir: Path) -> None:
     done = subprocess.run([*SERVE, str(tiny_dir), "--threads", "0"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == "vf-serve: --threads must be >= 1, got 0"
+
+
+def test_no_fast_decode_says_so_and_serves_the_same_tokens(tiny_dir: Path, procs: Any, tmp_path: Path) -> None:
+    """The engine's own decoding step is the default on CPU; ``--no-fast-decode`` switches to
+    transformers' forward, says so on stderr, and a greedy completion is token for token the same."""
+    answers, logs = {}, {}
+    for flags in ((), ("--no-fast-decode",)):
+        port = procs.free_port()
+        log = tmp_path / f"serve{len(flags)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen([*SERVE, str(tiny_dir), "--port", str(port), "--served-model-name", "tiny",
+                                     "--quiet", *flags], stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            logs[flags] = _read_until(log, "serving tiny on", proc)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0, timeout=60)
+            try:
+                r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "same?"}],
+                                                   max_tokens=12, temperature=0,
+                                                   extra_body={"return_token_ids": True, "ignore_eos": True})
+            finally:
+                client.close()
+            answers[flags] = list(r.choices[0].token_ids)
+        finally:
+            procs.stop_process(proc)
+    assert "decoding with" not in logs[()]
+    assert "vf-serve: decoding with transformers' forward (fast_decode is off)" in logs[("--no-fast-decode",)]
+    assert answers[()] == answers[("--no-fast-decode",)] and len(answers[()]) == 12

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "until they fit (default: max-batch-size x max-model-len, on a GPU at most half its free memory)")
     ap.add_argument("--max-prefill-tokens", type=int, default=8192,
                     help="new tokens one prefill forward may process; longer prompts are prefilled in chunks")
+    ap.add_argument("--no-fast-decode", action="store_true",
+                    help="decode with transformers' forward even where the engine's own step applies (same outputs)")
     ap.add_argument("--log-requests", action="store_true",
                     help="print a line per request: method, path, status, seconds, completion tokens")
     ap.add_argument("--quiet", action="store_true", help="no throughput lines (and no request lines)")
@@ -123,12 +125,15 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
             model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
             max_model_len=args.max_model_len, seed=args.seed, logprobs_mode=args.logprobs_mode,
             max_kv_tokens=args.max_kv_tokens, max_prefill_tokens=args.max_prefill_tokens,
+            fast_decode=not args.no_fast_decode,
         )
         threads = cpu_threads(args.threads, args.device, sum(p.numel() for p in engine.model.parameters()))
         if threads is not None:  # before the engine's thread runs its first step
             import torch
 
             torch.set_num_threads(threads)
+        if engine.device.type == "cpu" and engine._decoder.fast is None:  # a CPU user may wonder why it is slower
+            print(f"vf-serve: decoding with {engine.decode_path}", file=sys.stderr)
         note = unused_gpu_note(args.device, "add --device cuda")
         if note:
             print(f"vf-serve: {note}", file=sys.stderr)

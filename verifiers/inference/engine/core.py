@@ -160,6 +160,12 @@ class InferenceEngine:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def decode_path(self) -> str:
+        """How decoding steps run: the engine's own step, or transformers' forward and why (for logs)."""
+        reason = self._decoder.slow_reason
+        return "the engine's own decoding step" if reason is None else f"transformers' forward ({reason})"
+
     def start(self) -> InferenceEngine:
         if self._thread is None or not self._thread.is_alive():
             self._stopping = False

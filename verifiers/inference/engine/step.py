@@ -15,7 +15,7 @@ from typing import Any
 
 from verifiers.inference.engine.outputs import advance, output
 from verifiers.inference.engine.requests import PrefillPlan, Request, Seq, batched_wakeups, step_error
-from verifiers.inference.fast_decode import FastDecoder
+from verifiers.inference.fast_decode import FastDecoder, why_not
 from verifiers.inference.kv import RowTable, SlotKV
 from verifiers.inference.kv_budget import Budget
 from verifiers.inference.sampling import RowSampling
@@ -65,6 +65,7 @@ class DecodeBatch:
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.cache = self.kv.cache(int(cfg.num_hidden_layers))
         self.fast = FastDecoder.for_model(model) if fast_decode else None
+        self.slow_reason = None if self.fast is not None else ("fast_decode is off" if not fast_decode else why_not(model))
         self._comp_key: tuple[int, ...] = ()
         self._comp: dict[str, Any] = {}
 
