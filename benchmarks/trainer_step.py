@@ -38,7 +38,8 @@ far above CPU time, the step waited rather than computed.
 The learner against the machine's limit: ``peak_tflops`` is one ``2048 x 2048`` float32 matmul
 with the same torch thread count, measured in the same run (best of 10; see `peak_tflops`);
 ``learner_tflops`` is the forward+backward FLOPs of a step (`train_flops`: 6 x parameters x
-tokens the model runs, shared prompts once, attention products left out) over the learner's
+tokens the model runs, shared prompts once, each row's last token (which predicts nothing and is
+not run) left out, attention products left out) over the learner's
 time (old/reference logprobs + forward+backward + optimizer), and ``learner_mfu`` their ratio.
 ``fwd_bwd_cpu_mfu`` uses the forward+backward's own thread CPU time instead of wall time (on a
 busy shared machine wall time also holds the time other processes had the core). Our step's
@@ -241,7 +242,10 @@ class PhaseTimer:
                   "optimizer_s": 0.0, "tokens_run": 0, "padded_tokens_run": 0, "trained_positions": 0}
 
     def _count(self, batch: Any, part: Any) -> None:
-        lens = batch.attention_mask.index_select(0, part).sum(1)
+        # A row's last token predicts nothing and the learner does not run the last column, so
+        # each row counts one token less (for a row shorter than its pass this undercounts by one:
+        # the figure never credits the learner with FLOPs it did not do).
+        lens = batch.attention_mask.index_select(0, part).sum(1) - 1
         tokens, padded = int(lens.sum()), len(part) * int(lens.max())
         if batch.prompt_lens is not None and batch.prompt_ids is not None and self.learner.policy.share_prompts():
             plens, pids = batch.prompt_lens.index_select(0, part), batch.prompt_ids.index_select(0, part)
