@@ -104,10 +104,11 @@ class _LoraLikeLinear(torch.nn.Linear):
         (lambda m: m.to(torch.bfloat16), "float32 only"),
         (lambda m: setattr(m.model.layers[1].self_attn, "q_proj", _LoraLikeLinear(64, 64, bias=False)), "plain nn.Linear"),
         (lambda m: m.model.layers[0].mlp.register_forward_hook(lambda *a: None), "forward hooks"),
+        (lambda m: m.model.layers[1].self_attn.register_forward_pre_hook(lambda *a: None), "forward hooks"),
         (lambda m: setattr(m.model.layers[0].self_attn, "sliding_window", 16), "sliding-window"),
         (lambda m: setattr(m.config, "hidden_act", "gelu"), "hidden_act"),
     ],
-    ids=["bfloat16", "lora-like-projection", "hooked-mlp", "sliding-window", "gelu"],
+    ids=["bfloat16", "lora-like-projection", "hooked-mlp", "pre-hooked-attention", "sliding-window", "gelu"],
 )
 def test_models_the_fast_path_would_not_reproduce_keep_their_own_forward(change: Any, reason: str) -> None:
     model, tok = _model("llama")

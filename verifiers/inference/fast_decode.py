@@ -71,7 +71,7 @@ def why_not(model: Any) -> str | None:
         norms += [n for n in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if n is not None]
         if not all(_is_rms_norm(n) for n in norms):
             return f"layer {i} has a norm that is not an RMSNorm"
-        if layer._forward_hooks or layer._forward_pre_hooks or attn._forward_hooks or mlp._forward_hooks:
+        if any(m._forward_hooks or m._forward_pre_hooks for m in (layer, attn, mlp)):
             return f"layer {i} has forward hooks"
     return None
 
