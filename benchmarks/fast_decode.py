@@ -56,7 +56,7 @@ def measure(size: str, rounds: int) -> dict[str, Any]:
     engines = {"fast": InferenceEngine(model, tok, fast_decode=True).start(),
                "transformers": InferenceEngine(model, tok, fast_decode=False).start()}
     try:
-        if engines["fast"]._decoder.fast is None:
+        if not engines["fast"].fast_decoding:
             raise SystemExit(f"the fast path does not apply here: {engines['fast'].decode_path}")
         same = {}
         for name, engine in engines.items():

@@ -121,4 +121,3 @@ def test_two_processes_with_ray_workers_against_vllm_sync_once_per_step(
     assert len(ready) == 1, text[-3000:]  # rank 0 alone started a server
     alive = left_alive(procs, timeout_s=30)
     assert not alive, f"left running: {alive}"
-

@@ -132,7 +132,7 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
             import torch
 
             torch.set_num_threads(threads)
-        if engine.device.type == "cpu" and engine._decoder.fast is None:  # a CPU user may wonder why it is slower
+        if engine.device.type == "cpu" and not engine.fast_decoding:  # a CPU user may wonder why it is slower
             print(f"vf-serve: decoding with {engine.decode_path}", file=sys.stderr)
         note = unused_gpu_note(args.device, "add --device cuda")
         if note:

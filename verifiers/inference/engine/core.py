@@ -161,6 +161,11 @@ class InferenceEngine:
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
+    def fast_decoding(self) -> bool:
+        """Whether decoding steps run the engine's own step (`verifiers.inference.fast_decode`)."""
+        return self._decoder.fast is not None
+
+    @property
     def decode_path(self) -> str:
         """How decoding steps run: the engine's own step, or transformers' forward and why (for logs)."""
         reason = self._decoder.slow_reason

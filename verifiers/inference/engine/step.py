@@ -64,8 +64,9 @@ class DecodeBatch:
         self.table = RowTable(device)
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.cache = self.kv.cache(int(cfg.num_hidden_layers))
-        self.fast = FastDecoder.for_model(model) if fast_decode else None
-        self.slow_reason = None if self.fast is not None else ("fast_decode is off" if not fast_decode else why_not(model))
+        # Why decoding runs transformers' forward (None: the engine's own step, `FastDecoder`).
+        self.slow_reason = why_not(model) if fast_decode else "fast_decode is off"
+        self.fast = FastDecoder(model) if self.slow_reason is None else None
         self._comp_key: tuple[int, ...] = ()
         self._comp: dict[str, Any] = {}
 
