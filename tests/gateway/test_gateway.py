@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -13,7 +16,7 @@ import openai
 import pytest
 
 import verifiers as vf
-from verifiers.gateway import SessionLimits, get_gateway
+from verifiers.gateway import InterceptionGateway, SessionLimits, get_gateway
 from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
 from verifiers.testing.script import render_chat
 
@@ -291,3 +294,30 @@ async def test_a_hosted_api_that_rejects_token_fields_is_asked_again_without_the
         assert s.calls[0].tokens is None and not s.want_tokens
     finally:
         await runner.cleanup()
+
+
+def test_the_filesystem_socket_directory_goes_with_the_process() -> None:
+    """The process-wide gateway is seldom stopped by hand; its socket directory must not pile up in /tmp."""
+    code = (
+        "from verifiers.gateway import get_gateway\n"
+        "import os\n"
+        "gw = get_gateway().start()\n"
+        "print(os.path.dirname(gw.unix_path), os.path.exists(gw.unix_path), flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    unix_dir, existed = out.stdout.split()
+    assert existed == "True"
+    assert not os.path.exists(unix_dir), f"{unix_dir} outlived the process"
+
+
+def test_stop_removes_the_socket_directory_and_start_listens_afresh() -> None:
+    gw = InterceptionGateway().start()
+    first = os.path.dirname(gw.unix_path)
+    gw.stop()
+    assert not os.path.exists(first)
+    gw.start()
+    try:
+        assert os.path.exists(gw.unix_path)
+        assert os.path.dirname(gw.unix_path) != first
+    finally:
+        gw.stop()

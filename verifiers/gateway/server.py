@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -52,6 +53,7 @@ class InterceptionGateway:
         self._port: int | None = None
         self._lock = threading.Lock()
         self._unix_dir = ""
+        self._unix_dir_cleanup: weakref.finalize | None = None
 
     # -- lifecycle
     def start(self) -> InterceptionGateway:
@@ -70,7 +72,8 @@ class InterceptionGateway:
             with contextlib.suppress(Exception):
                 self._loop.run_sync(runner.cleanup(), timeout_s=10)
             self._loop.stop()
-            shutil.rmtree(self._unix_dir, ignore_errors=True)
+            if self._unix_dir_cleanup is not None:
+                self._unix_dir_cleanup()
             self._port = None
 
     async def _listen(self) -> web.AppRunner:
@@ -82,6 +85,8 @@ class InterceptionGateway:
             # The same app on a filesystem socket: a program in its own network namespace reaches
             # the gateway through it (a relay inside the namespace), and through nothing else.
             self._unix_dir = tempfile.mkdtemp(prefix="vf-gateway-")
+            # Also at interpreter exit: the process-wide gateway is seldom stopped by hand.
+            self._unix_dir_cleanup = weakref.finalize(self, shutil.rmtree, self._unix_dir, ignore_errors=True)
             await web.UnixSite(runner, os.path.join(self._unix_dir, "gateway.sock")).start()
         except BaseException:
             await runner.cleanup()
