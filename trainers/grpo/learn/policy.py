@@ -177,8 +177,12 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
         if ref_model is not None:  # sharded too: a full reference per rank would cost what sharding saves
             ref_model = shard(ref_model, fsdp, dist.device)
     params = [p for p in model.parameters() if p.requires_grad]
+    # The fused kernel: one pass per tensor instead of a dozen ops (5x faster on a CPU at 25M
+    # parameters, same update to float rounding); FSDP's DTensor shards keep the default.
+    fused = fsdp is None and all(p.device.type in ("cpu", "cuda") for p in params)
     optimizer = torch.optim.AdamW(
-        params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay
+        params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay,
+        fused=fused or None,
     )
     from accelerate import Accelerator
     from transformers import get_scheduler

@@ -81,8 +81,8 @@ class Sink:
     A streaming sink (``stream=True`` on an event loop) buffers what the engine thread pushes
     (deltas, then ``None`` at the end or the exception) and wakes its reader at most once per
     batch: `take` returns everything ready, so a reader that fell behind catches up in one go
-    instead of one event-loop callback per token. Inside `batched_wakeups` (one engine step) the
-    wake-ups of every stream are sent to their loop in one callback.
+    instead of one event-loop callback per token. Inside `batched_wakeups` (one engine step)
+    everything bound for one loop (results, failures, stream wake-ups) is sent in one callback.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None, stream: bool) -> None:
@@ -93,11 +93,15 @@ class Sink:
         self._waiter: asyncio.Future[None] | None = None
         self._wake_queued = False
 
-    def _call(self, fn: Any, *args: Any) -> None:
+    def _call(self, fn: Any) -> None:
         if self.loop is None:
-            fn(*args)
+            fn()
+            return
+        batch: dict[Any, list[Any]] | None = getattr(_step_calls, "calls", None)
+        if batch is not None:
+            batch.setdefault(self.loop, []).append(fn)
         elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(fn, *args)
+            self.loop.call_soon_threadsafe(fn)
 
     def resolve(self, value: Any) -> None:
         def done() -> None:
@@ -127,11 +131,7 @@ class Sink:
         if self._wake_queued:
             return
         self._wake_queued = True
-        batch: dict[Any, list[Sink]] | None = getattr(_step_wakeups, "sinks", None)
-        if batch is not None:
-            batch.setdefault(self.loop, []).append(self)
-        else:
-            self._call(self._wake)
+        self._call(self._wake)
 
     def _wake(self) -> None:
         """Reader's loop: let `take` return (the flag is cleared first, so a later push queues a new wake-up)."""
@@ -155,30 +155,34 @@ class Sink:
         return items
 
 
-_step_wakeups = threading.local()
+_step_calls = threading.local()
 
 
-def _wake_all(sinks: list[Sink]) -> None:
-    for sink in sinks:
-        sink._wake()
+def _run_all(loop: asyncio.AbstractEventLoop, calls: list[Any]) -> None:
+    for fn in calls:
+        try:
+            fn()
+        except Exception as exc:  # one caller's failure is reported, never another caller's lost result
+            loop.call_exception_handler({"message": "engine result delivery failed", "exception": exc})
 
 
 @contextlib.contextmanager
 def batched_wakeups() -> Iterator[None]:
-    """Engine thread: streams pushed to inside this block are woken together, one callback per event loop.
+    """Engine thread: what this block sends to event loops goes in one callback per loop, in order.
 
-    One engine step pushes a token to every running stream; one ``call_soon_threadsafe`` per loop
-    per step instead of one per stream keeps the server's event loop free for writing them out.
+    One engine step pushes a token to every running stream and, at the end of a GRPO batch,
+    resolves every request at once; one ``call_soon_threadsafe`` per loop per step instead of
+    one per request keeps the loop free for its work (64 results in one wake-up, not 64).
     """
-    sinks: dict[Any, list[Sink]] = {}
-    _step_wakeups.sinks = sinks
+    calls: dict[Any, list[Any]] = {}
+    _step_calls.calls = calls
     try:
         yield
     finally:
-        _step_wakeups.sinks = None
-        for loop, group in sinks.items():
+        _step_calls.calls = None
+        for loop, group in calls.items():
             if not loop.is_closed():
-                loop.call_soon_threadsafe(_wake_all, group)
+                loop.call_soon_threadsafe(_run_all, loop, group)
 
 
 @dataclass(slots=True, eq=False)
