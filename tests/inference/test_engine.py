@@ -79,6 +79,22 @@ async def test_requests_join_a_running_batch_between_steps(engine, aclient) -> N
     assert rows > steps  # some steps decoded the long request together with late arrivals
 
 
+async def test_results_finishing_in_one_step_reach_the_loop_in_one_wakeup(engine, monkeypatch) -> None:
+    """A GRPO batch ends with every request finishing at once: one cross-thread call, not one per request."""
+    loop = asyncio.get_running_loop()
+    calls = []
+    real = loop.call_soon_threadsafe
+    monkeypatch.setattr(loop, "call_soon_threadsafe", lambda *a, **k: calls.append(a) or real(*a, **k))
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    ids = engine.tokenizer.encode("alpha")
+    with engine.paused():  # all 16 wait together, so they join one step and finish in one step
+        tasks = [asyncio.create_task(engine.generate([*ids, i], params)) for i in range(16)]
+        await asyncio.sleep(0)  # each task enqueues its request
+    outs = await asyncio.gather(*tasks)
+    assert [len(o.outputs[0].token_ids) for o in outs] == [4] * 16
+    assert len(calls) == 1, f"{len(calls)} cross-thread calls for 16 results finishing together"
+
+
 async def test_a_request_abandoned_by_its_client_does_not_break_others(engine, server, aclient) -> None:
     solo = [await ask(aclient, t, 8) for t in prompts(4)]
     tokens0 = engine.stats["tokens"]
