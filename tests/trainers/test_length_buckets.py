@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from trainers.grpo.learn import plain_forward
 from trainers.grpo.learn.logprobs import completion_logps, full_logits_logps, length_buckets
 
 from .test_logprobs_memory import assert_same, make_batch, step, tiny
@@ -71,6 +72,14 @@ def test_bucketed_completions_give_the_full_logits_function(temperature: float, 
     decoder = model.get_decoder()
     decoder.register_forward_hook(lambda _m, _a, out: passes.append(out[0].shape if isinstance(out, tuple)
                                                                      else out.last_hidden_state.shape))
+    plain = plain_forward.forward  # a Llama on a CPU runs as plain ops, without the decoder module
+
+    def counted(*a: Any, **k: Any) -> Any:
+        out = plain(*a, **k)
+        passes.append(out[0].shape)
+        return out
+
+    monkeypatch.setattr(plain_forward, "forward", counted)
     ref = step(model, batch, full_logits_logps, temperature)
     passes.clear()
     new = step(model, batch, functools.partial(completion_logps, chunk_tokens=7), temperature)

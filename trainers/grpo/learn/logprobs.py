@@ -42,6 +42,7 @@ from torch import Tensor, nn
 
 from trainers.grpo.algo.losses import entropy_from_logits
 from trainers.grpo.data.batch import TrainBatch
+from trainers.grpo.learn import plain_forward
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,15 @@ def _capture_hidden(decoder: nn.Module) -> Iterator[list[Tensor]]:
 
 
 def _run(model: Any, decoder: nn.Module, **inputs: Any) -> tuple[Tensor, Any]:
-    """``(final hidden states [n, t, H], model output)`` with the head applied to the last position only."""
+    """``(final hidden states [n, t, H], model output)`` with the head applied to the last position only.
+
+    A Llama-family model on a CPU runs as plain tensor ops (`plain_forward`); anything else runs
+    its own forward, whose decoder output a hook takes.
+    """
+    past = inputs.get("past_key_values")
+    lm = _causal_lm(model)
+    if isinstance(past, plain_forward.PlainCache) or (past is None and plain_forward.why_not(model, lm) is None):
+        return plain_forward.forward(lm, inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], past)
     with _capture_hidden(decoder) as seen:
         out = model(**inputs, logits_to_keep=1)
     if not seen:

@@ -1,0 +1,142 @@
+"""The learner's plain-op forward (`trainers.grpo.learn.plain_forward`) is transformers' function.
+
+`test_logprobs_memory.py` already holds the learner to the full-logits path (transformers'
+forward) for Llama and Qwen2, which now run as plain ops on a CPU. Here: Qwen3 (per-head q/k
+norm, an explicit head_dim), the same batch through both forwards of the learner itself, and
+the models the plain forward must leave to transformers (wrapped, LoRA, gradient
+checkpointing, autocast, bf16), which still get the right values.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from trainers.grpo.learn import plain_forward
+from trainers.grpo.learn.logprobs import completion_logps, full_logits_logps
+
+from .test_logprobs_memory import assert_same, make_batch, step, tiny
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def qwen3() -> Any:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=24, max_position_embeddings=512,
+                      pad_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+class Calls:
+    """Counts the plain forward's passes (it runs instead of the model's modules)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        real = plain_forward.forward
+
+        def counted(*a: Any, **k: Any) -> Any:
+            self.n += 1
+            return real(*a, **k)
+
+        monkeypatch.setattr(plain_forward, "forward", counted)
+
+
+def forced_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(plain_forward, "why_not", lambda *_: "forced off by the test")
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-prompt", "plain"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_plain_forward_gives_transformers_logps_and_gradients(arch: str, shared: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    model = qwen3() if arch == "qwen3" else tiny(arch=arch)
+    # prompts of different lengths (left padding in the prompt pass), completions of 1 to 11 tokens
+    batch = make_batch(model.config.vocab_size, groups=3, group_size=4, shared=shared, seed=5, completion=(1, 12))
+    calls = Calls(monkeypatch)
+    mine = step(model, batch, functools.partial(completion_logps, chunk_tokens=16), 0.8)
+    ran = calls.n
+    assert ran >= 2 if shared else ran == 1  # the prompts once then the completions (buckets), or whole rows
+    full = step(model, batch, full_logits_logps, 0.8)  # transformers' forward over whole rows
+    assert_same(full, mine)
+    with monkeypatch.context() as m:
+        forced_transformers(m)
+        theirs = step(model, batch, functools.partial(completion_logps, chunk_tokens=16), 0.8)
+    assert calls.n == ran
+    assert_same(theirs, mine)
+
+
+class Wrapper(nn.Module):
+    """What DDP looks like to the learner: the model under ``.module``, its own forward in between."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *a: Any, **k: Any) -> Any:
+        return self.module(*a, **k)
+
+
+def _wrapped(model: Any) -> Any:
+    return Wrapper(model)
+
+
+def _lora(model: Any) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+
+
+def _checkpointing(model: Any) -> Any:
+    model.gradient_checkpointing_enable()
+    return model
+
+
+def _bf16(model: Any) -> Any:
+    return model.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("change", [_wrapped, _lora, _checkpointing, _bf16], ids=["ddp-like", "lora", "checkpointing", "bf16"])
+def test_models_it_does_not_reproduce_keep_transformers_forward(change: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = change(tiny(arch="llama"))
+    lm = plain_forward_lm(model)
+    assert plain_forward.why_not(model, lm) is not None
+    batch = make_batch(lm.config.vocab_size, groups=2, group_size=3, seed=2)
+    calls = Calls(monkeypatch)
+    logp, _ = completion_logps(model, batch, 1.0, chunk_tokens=16)
+    assert calls.n == 0
+    with torch.no_grad():
+        ref, _ = full_logits_logps(model, batch, 1.0)
+    tol = 2e-2 if change is _bf16 else 1e-5
+    mask = batch.loss_mask
+    torch.testing.assert_close(torch.where(mask, logp.detach(), 0.0).float(), torch.where(mask, ref, 0.0).float(),
+                               atol=tol, rtol=tol)
+
+
+def test_autocast_keeps_transformers_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny(arch="llama")
+    assert plain_forward.why_not(model, model) is None
+    calls = Calls(monkeypatch)
+    batch = make_batch(model.config.vocab_size, groups=2, group_size=3, seed=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert plain_forward.why_not(model, model) == "autocast"
+        completion_logps(model, batch, 1.0, chunk_tokens=16)
+    assert calls.n == 0
+
+
+def plain_forward_lm(model: Any) -> Any:
+    from trainers.grpo.learn.logprobs import _causal_lm
+
+    return _causal_lm(model)
