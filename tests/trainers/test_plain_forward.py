@@ -19,15 +19,7 @@ from torch import nn
 from trainers.grpo.learn import plain_forward
 from trainers.grpo.learn.logprobs import completion_logps, full_logits_logps
 
-from .test_logprobs_memory import assert_same, make_batch, step, tiny
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from .test_logprobs_memory import _one_thread, assert_same, make_batch, step, tiny  # noqa: F401 (autouse fixture)
 
 
 def qwen3() -> Any:

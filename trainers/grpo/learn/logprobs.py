@@ -20,7 +20,8 @@ FLOPs in both forward and backward. Rows whose prompt is not shared, and models 
 checkpointing (which disables the KV cache in training), take the plain path.
 
 Works through DDP/accelerate wrappers, PEFT (LoRA, also on the head) and tied embeddings:
-the model's own ``forward`` runs, and the head is the model's ``get_output_embeddings()``
+the model's own ``forward`` runs (a bare float32 Llama-family model on a CPU runs the same
+function as plain ops, `plain_forward`), and the head is the model's ``get_output_embeddings()``
 module. A model that transforms logits after its head (soft-capping, a logit scale) is caught
 by a one-time check and falls back to the full-logits path (`full_logits_logps`), as does
 ``chunk_tokens=None``.
