@@ -1,10 +1,11 @@
 """The learner's forward pass of a Llama-family model as plain tensor ops, for CPUs.
 
 Why: on a small model the learner's step is mostly per-op work around the matmuls, in forward
-and again in backward. transformers' generic forward builds a 4-D mask, goes through its
-``Cache`` classes, writes the rotation with a concatenation per tensor and runs SDPA's
-CPU flash kernel, which is slower than two batched products at these sizes. This runs the same
-arithmetic from the model's own weights with autograd, so gradients reach the same parameters:
+and again in backward. transformers' generic forward builds its 4-D mask through the masking
+utilities, goes through its ``Cache`` classes, repeats the key/value heads and writes the rotation
+with a concatenation and a negation per tensor. This runs the same arithmetic from the model's own
+weights with autograd (one boolean mask, grouped-query SDPA, the sign folded into the sine), so
+gradients reach the same parameters:
 the decoding step's checks (`verifiers.inference.fast_decode.why_not`: architecture, float32,
 CPU, plain ``nn.Linear`` projections, no hooks) decide where it applies, and the learner also
 keeps transformers' forward for wrapped models (DDP, PEFT), gradient checkpointing and autocast.
@@ -72,7 +73,7 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     heads = int(cfg.num_attention_heads)
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
-    group, half = heads // kv_heads, head_dim // 2
+    half = head_dim // 2
     rows, width = input_ids.shape
     past = past_key_values.layers if past_key_values is not None else []
     cached = attention_mask.shape[1] - width
@@ -91,8 +92,7 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     own = torch.eye(width, dtype=torch.bool, device=h.device)  # a padding query sees itself: no all-masked row
     allowed = torch.cat([real[:, None, :cached].expand(rows, width, cached),
                          (causal & real[:, None, cached:]) | own], dim=2)
-    bias = torch.zeros(rows, 1, 1, width, cached + width, dtype=h.dtype, device=h.device)
-    bias.masked_fill_(~allowed.view(rows, 1, 1, width, cached + width), float("-inf"))
+    allowed = allowed.unsqueeze(1)  # [N, 1, T, P + T], one mask for every head
 
     cache = PlainCache()
     for i, layer in enumerate(inner.layers):
@@ -108,11 +108,10 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
             k = torch.cat([past[i].keys, k], dim=2)
             v = torch.cat([past[i].values, v], dim=2)
         cache.layers.append(PlainLayer(k, v))
-        # grouped-query attention as two batched products: each kv head's queries in one matrix
-        scores = torch.matmul(q.reshape(rows, kv_heads, group * width, head_dim), k.transpose(-1, -2))
-        scores = scores.view(rows, kv_heads, group, width, cached + width) * attn.scaling + bias
-        probs = torch.softmax(scores, dim=-1).view(rows, kv_heads, group * width, cached + width)
-        out = torch.matmul(probs, v).view(rows, heads, width, head_dim).transpose(1, 2).reshape(rows, width, -1)
+        # SDPA's fused kernel: at long rows (an SFT warm-up's whole episodes) explicit [T, P + T]
+        # score matrices cost more than all the per-op work this module saves
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=attn.scaling, enable_gqa=True)
+        out = out.transpose(1, 2).reshape(rows, width, -1)
         h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
         x = _rms(h, layer.post_attention_layernorm)
         gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
