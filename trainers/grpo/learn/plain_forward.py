@@ -5,12 +5,12 @@ and again in backward. transformers' generic forward builds its 4-D mask through
 utilities, goes through its ``Cache`` classes, repeats the key/value heads and writes the rotation
 with a concatenation and a negation per tensor. This runs the same arithmetic from the model's own
 weights with autograd (one boolean mask, grouped-query SDPA, the sign folded into the sine), so
-gradients reach the same parameters:
-the decoding step's checks (`verifiers.inference.fast_decode.why_not`: architecture, float32,
-CPU, plain ``nn.Linear`` projections, no hooks) decide where it applies, and the learner also
-keeps transformers' forward for wrapped models (DDP, PEFT), gradient checkpointing and autocast.
-The hidden states match transformers' to float32 rounding (``tests/trainers/test_plain_forward.py``
-compares hidden states and every parameter's gradient for Llama, Qwen2 and Qwen3).
+gradients reach the same parameters. The decoding step's checks
+(`verifiers.inference.fast_decode.why_not`: architecture, float32, CPU, plain ``nn.Linear``
+projections, no hooks) decide where it applies, and the learner also keeps transformers' forward
+for wrapped models (DDP, PEFT), gradient checkpointing and autocast. Log-probabilities and every
+parameter's gradient match transformers' to float32 rounding (``tests/trainers/test_plain_forward.py``
+for Llama, Qwen2 and Qwen3; ``test_logprobs_memory.py`` against the full-logits path).
 
 Rows may be left- or right-padded: a padding query attends to itself only (its output is never
 trained on), and padding keys are masked for every real query, as in transformers.
