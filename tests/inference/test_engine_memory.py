@@ -176,18 +176,32 @@ def test_an_oom_while_decoding_sheds_the_newest_request_and_the_rest_finish(mode
         assert (engine._decoder.fast is not None) == fast_decode
         first = _together(engine, [(PROMPTS[3], long), (PROMPTS[4], long)])
         assert first[0].outputs[0].token_ids == expected
+        # No sleeps: a and b are admitted together, and c joins between two of their steps while
+        # they still have most of their tokens to go (a fast decoding step must not outrun it).
+        longer = SamplingParams(temperature=0, max_tokens=120, ignore_eos=True)
         with ThreadPoolExecutor(3) as pool:
-            a = pool.submit(engine.generate_sync, PROMPTS[3], long)
-            while engine.stats["tokens"] < 2 * 30 + 3:
+            with engine.paused():
+                a = pool.submit(engine.generate_sync, PROMPTS[3], longer)
+                b = pool.submit(engine.generate_sync, PROMPTS[5], longer)
+                _wait_queued(engine, 2)
+            while engine.stats["tokens"] < 2 * 30 + 2 * 2:  # a and b have decoded together
                 time.sleep(0.001)
-            b = pool.submit(engine.generate_sync, PROMPTS[5], long)
-            time.sleep(0.01)
-            c = pool.submit(engine.generate_sync, PROMPTS[6], long)
+            with engine.paused():
+                c = pool.submit(engine.generate_sync, PROMPTS[6], longer)
+                _wait_queued(engine, 1)
             results = [f.exception(timeout=60) or f.result() for f in (a, b, c)]
     failed = [r for r in results if isinstance(r, ServerError)]
     assert len(failed) == 1 and isinstance(results[2], ServerError)  # the newest one
-    assert results[0].outputs[0].token_ids == expected
-    assert results[1].outputs[0].token_ids == _reference(model, PROMPTS[5], 30)
+    assert results[0].outputs[0].token_ids == _reference(model, PROMPTS[3], 120)
+    assert results[1].outputs[0].token_ids == _reference(model, PROMPTS[5], 120)
+
+
+def _wait_queued(engine: InferenceEngine, n: int) -> None:
+    """Until ``n`` requests wait in the engine's queue (the engine is paused by the caller)."""
+    deadline = time.monotonic() + 30
+    while len(engine._waiting) < n:
+        assert time.monotonic() < deadline, "the requests never reached the engine's queue"
+        time.sleep(0.001)
 
 
 def test_decoding_writes_the_cache_in_place(model_tok) -> None:
