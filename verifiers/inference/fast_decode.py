@@ -119,12 +119,12 @@ class FastDecoder:
 
         for i, layer in enumerate(inner.layers):
             a, mlp = layer.self_attn, layer.mlp
-            x = _rms(h, layer.input_layernorm)
+            x = rms_norm(h, layer.input_layernorm)
             q = F.linear(x, a.q_proj.weight, a.q_proj.bias).view(rows, H, D)
             k = F.linear(x, a.k_proj.weight, a.k_proj.bias).view(rows, KV, D)
             v = F.linear(x, a.v_proj.weight, a.v_proj.bias).view(rows, KV, 1, D)
             if self.qk_norm:
-                q, k = _rms(q, a.q_norm), _rms(k, a.k_norm)
+                q, k = rms_norm(q, a.q_norm), rms_norm(k, a.k_norm)
             keys, values = kv.write(i, rotate(k).unsqueeze(2), v)
             # Explicit 3-D batched products over (row, kv head): the cache views fold into one batch
             # axis without a copy, which matmul's 4-D path does not find (25M: 655 -> 346 us a layer).
@@ -133,15 +133,16 @@ class FastDecoder:
             probs = torch.softmax(scores, -1).view(rows * KV, G, width)
             out = torch.bmm(probs, values.reshape(rows * KV, width, D)).view(rows, H * D)
             h = h + F.linear(out, a.o_proj.weight, a.o_proj.bias)
-            x = _rms(h, layer.post_attention_layernorm)
+            x = rms_norm(h, layer.post_attention_layernorm)
             gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
             h = h + F.linear(gate * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight,
                              mlp.down_proj.bias)
         head = self.model.lm_head
-        return F.linear(_rms(h, inner.norm), head.weight, head.bias)
+        return F.linear(rms_norm(h, inner.norm), head.weight, head.bias)
 
 
-def _rms(x: Any, norm: Any) -> Any:
+def rms_norm(x: Any, norm: Any) -> Any:
+    """``norm`` (a transformers RMSNorm module) applied to ``x`` as one ``F.rms_norm`` call."""
     import torch.nn.functional as F
 
     return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)

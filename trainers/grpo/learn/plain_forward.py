@@ -25,6 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from verifiers.inference.fast_decode import rms_norm
+from verifiers.inference.fast_decode import why_not as decoder_why_not
+
 
 @dataclass
 class PlainLayer:
@@ -51,8 +54,6 @@ class PlainOutput:
 
 def why_not(model: Any, lm: Any) -> str | None:
     """Why the plain forward cannot stand in for ``model``'s (``lm``: the transformers model inside)."""
-    from verifiers.inference.fast_decode import why_not as decoder_why_not
-
     if model is not lm:
         return f"{type(model).__name__} wraps the model (DDP or PEFT): its own forward runs"
     if any(bool(getattr(lm, f, False)) for f in ("is_gradient_checkpointing", "is_activation_checkpointing")):
@@ -97,12 +98,12 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     cache = PlainCache()
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
-        x = _rms(h, layer.input_layernorm)
+        x = rms_norm(h, layer.input_layernorm)
         q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(rows, width, heads, head_dim)
         k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(rows, width, kv_heads, head_dim)
         v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(rows, width, kv_heads, head_dim)
         if getattr(attn, "q_norm", None) is not None:
-            q, k = _rms(q, attn.q_norm), _rms(k, attn.k_norm)
+            q, k = rms_norm(q, attn.q_norm), rms_norm(k, attn.k_norm)
         q, k, v = rotate(q).transpose(1, 2), rotate(k).transpose(1, 2), v.transpose(1, 2)
         if i < len(past):
             k = torch.cat([past[i].keys, k], dim=2)
@@ -113,14 +114,10 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=attn.scaling, enable_gqa=True)
         out = out.transpose(1, 2).reshape(rows, width, -1)
         h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-        x = _rms(h, layer.post_attention_layernorm)
+        x = rms_norm(h, layer.post_attention_layernorm)
         gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
         h = h + F.linear(gate * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight,
                          mlp.down_proj.bias)
-    hidden = _rms(h, inner.norm)
+    hidden = rms_norm(h, inner.norm)
     head = lm.lm_head
     return hidden, PlainOutput(logits=F.linear(hidden[:, -1:], head.weight, head.bias), past_key_values=cache)
-
-
-def _rms(x: Tensor, norm: Any) -> Tensor:
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
