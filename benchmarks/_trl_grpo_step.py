@@ -158,6 +158,8 @@ def main() -> int:
         "s_per_step": statistics.median(measured) if measured else None,
         "cpu_s_per_step": statistics.median(timer.cpu_s[warm:]) if measured else None,
         "generation_s": statistics.median(gen_s[warm:]) if len(gen_s) > warm else None,
+        "step_generation_s": gen_s,
+        "step_lengths": timer.lengths,
         "mean_completion_length": statistics.fmean(lengths) if lengths else None,
     }))
     return 0

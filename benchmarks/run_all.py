@@ -1,6 +1,6 @@
 """Every headline benchmark, one after another, and one table of where we stand.
 
-    python benchmarks/run_all.py --quick                  # quick settings, ~20 minutes on 2 cores
+    python benchmarks/run_all.py --quick                  # quick settings, ~25 minutes on 2 cores
     python benchmarks/run_all.py                          # each benchmark's own defaults (an hour or more)
     python benchmarks/run_all.py --quick --only trainer_step,gateway_overhead
     python benchmarks/run_all.py --quick --no-readme      # print the table, leave benchmarks/README.md alone
@@ -135,8 +135,11 @@ def rows_trainer_step(out: dict[str, Any]) -> list[Row]:
     size = f"{(m.get('params') or 0) / 1e6:.1f}M params"
     ratio, target = out.get("ratio"), out.get("target_ratio", 0.5)
     ph = out.get("ours_phases_s") or {}
+    per_round = [r.get("ratio") for r in out.get("rounds") or []]
+    spread = f"; ratio per round {' / '.join(_num(r) for r in per_round)}" if len(per_round) > 1 else ""
     return [
-        Row("trainer_step", f"s per GRPO step vs TRL GRPOTrainer ({size}, synchronous)", _num(out.get("ours_s_per_step")),
+        Row("trainer_step", f"s per GRPO step vs TRL GRPOTrainer ({size}, synchronous{spread})",
+            _num(out.get("ours_s_per_step")),
             _num(out.get("trl_s_per_step")), _num(ratio), f"≤ {target}", _met(None if ratio is None else ratio <= target)),
         Row("trainer_step", f"learner MFU ({size}; generation {_num(ph.get('generation'))} s, forward+backward "
             f"{_num(ph.get('fwd_bwd'))} s, optimizer {_num(ph.get('optimizer'))} s)", _num(out.get("learner_mfu")),
@@ -193,7 +196,13 @@ BENCHES = [
     Bench("serve_vs_vllm", ["--sizes", "tiny,25m", "--rounds", "2"], [], rows_serve_vs_vllm, 900,
           optional_flags=["--streaming"]),
     Bench("rollout_engine", ["--plain-only", "--quick"], ["--plain-only"], rows_rollout_engine, 600),
-    Bench("trainer_step", ["--warmup", "1", "--steps", "3"], [], rows_trainer_step, 900),
+    Bench("trainer_step", ["--rounds", "3", "--warmup", "1", "--steps", "4"], ["--rounds", "3"], rows_trainer_step, 900),
+    Bench("trainer_step_25m", ["--size", "25m", "--rounds", "2", "--warmup", "1", "--steps", "3"],
+          ["--size", "25m", "--rounds", "3", "--warmup", "1", "--steps", "4"], rows_trainer_step, 1200,
+          path=HERE / "trainer_step.py"),
+    Bench("trainer_step_104m", ["--size", "104m", "--warmup", "1", "--steps", "2"],
+          ["--size", "104m", "--rounds", "2", "--warmup", "1", "--steps", "3"], rows_trainer_step, 1800,
+          path=HERE / "trainer_step.py"),
     Bench("gateway_overhead", ["--rollouts", "64", "--loader-rollouts", "192", "--rounds", "1"], [],
           rows_gateway_overhead, 300),
     Bench("learning", [], [], rows_learning, 900, learning=True),  # the whole Quickstart: under a minute
@@ -261,8 +270,8 @@ def run_bench(bench: Bench, quick: bool, log_dir: Path) -> tuple[list[Row], dict
         why = f"timed out after {bench.timeout_s:.0f} s" if isinstance(exc, subprocess.TimeoutExpired) else str(exc)
         rows, out = [Row(bench.name, f"FAILED: {why} (log {log})", "—")], {}
     load1 = _load()
-    for r in rows:
-        r.date, r.load, r.settings = date, f"{load0:.1f} → {load1:.1f}", settings
+    for r in rows:  # the bench's name, not the script's: one script may run as several benches (sizes)
+        r.benchmark, r.date, r.load, r.settings = bench.name, date, f"{load0:.1f} → {load1:.1f}", settings
     print(f"[run_all] {bench.name}: {time.perf_counter() - t0:.0f} s, load {load0:.2f} → {load1:.2f}", flush=True)
     return rows, out
 
@@ -316,7 +325,7 @@ def update_readme(text: str, rows: list[Row], ran: set[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short settings (~15 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="short settings (~25 minutes on 2 cores)")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite the table in benchmarks/README.md")
     ap.add_argument("--log-dir", type=Path, default=None, help="where each benchmark's output goes")

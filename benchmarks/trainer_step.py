@@ -1,14 +1,17 @@
 """Trainer benchmark: seconds per GRPO optimizer step, our trainer vs TRL's ``GRPOTrainer``.
 
-    python benchmarks/trainer_step.py              # both trainers, about 1.5 minutes on 2 cores
+    python benchmarks/trainer_step.py              # both trainers, under a minute on 2 cores
+    python benchmarks/trainer_step.py --rounds 3   # ours, TRL, ours, TRL, ...: steadier on a shared machine
     python benchmarks/trainer_step.py --no-trl     # our trainer only
     python benchmarks/trainer_step.py --natural-lengths   # let both sides stop at EOS
-    python benchmarks/trainer_step.py --hidden-size 512 --intermediate-size 1536 --layers 8 --heads 8 --kv-heads 4
+    python benchmarks/trainer_step.py --size 25m --warmup 1 --steps 4   # 25M parameters (about 1.5 minutes)
+    python benchmarks/trainer_step.py --size 104m --warmup 1 --steps 2  # 104M parameters (about 3 minutes)
     python benchmarks/trainer_step.py --no-trl --iterations 2   # ours only, two optimizer passes per batch
 
 Both trainers train the SAME tiny model directory (built once per run with
 ``python -m verifiers.inference.tiny``: llama, hidden 128, intermediate 384, 4 layers,
-4 heads / 2 KV heads, character tokenizer) on the SAME workload, on the CPU with the same
+4 heads / 2 KV heads, character tokenizer; ``--size 25m`` and ``--size 104m`` are the larger
+shapes in `SIZES`, and the shape flags override any of them) on the SAME workload, on the CPU with the same
 number of torch threads (``--threads``, default 1: on a small machine shared with other
 work, OpenMP's spin-waiting makes multi-threaded step times erratic, in CPU time as well as
 in wall time):
@@ -31,7 +34,11 @@ sample; TRL: ``model.generate`` on the padded batch, ``use_vllm=False``), scorin
 advantages, the forward/backward pass and the optimizer step. Ours is read from
 ``metrics.jsonl`` (``time/step_s``); TRL's is timed by a ``TrainerCallback`` from
 ``on_step_begin`` to ``on_step_end``. The first ``--warmup`` steps are dropped on each side
-and the median of the next ``--steps`` is reported. Target: ours / TRL <= 0.5 (wall clock).
+and the median of the next ``--steps`` is reported. With ``--rounds N`` the two sides run
+alternately N times each (a fresh trainer every round, its first ``--warmup`` steps dropped) and
+each side's figure is the median of all its measured steps; the per-round ratios are printed
+and kept in ``rounds``, so a reader sees how far the machine moved the figure. Target:
+ours / TRL <= 0.5 (wall clock).
 The process CPU time of each step (all threads) is reported beside it: where wall time is
 far above CPU time, the step waited rather than computed.
 
@@ -78,6 +85,11 @@ TRL_REQUIREMENTS = [f"trl=={TRL_VERSION}", "torch==2.13.0"]
 CONSTRAINTS = ROOT / "constraints.txt"
 ENV_ID = "letter-repeat"
 TARGET_RATIO = 0.5
+SIZES = {  # --size presets: the shapes the issue's figures are taken at
+    "0.8m": {"hidden_size": 128, "intermediate_size": 384, "layers": 4, "heads": 4, "kv_heads": 2},
+    "25m": {"hidden_size": 512, "intermediate_size": 1536, "layers": 8, "heads": 8, "kv_heads": 4},
+    "104m": {"hidden_size": 768, "intermediate_size": 3072, "layers": 12, "heads": 12, "kv_heads": 4},
+}
 
 
 # -- the workload -------------------------------------------------------------------------
@@ -338,33 +350,37 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     step_s = [float(r["time/step_s"]) for r in rows]
     for i, (s, c) in enumerate(zip(step_s, cpu_s, strict=True), 1):
         print(f"ours step {i}: {s:.3f} s (CPU {c:.3f} s)", flush=True)
-    warm = work["warmup_steps"]
-    measured = rows[warm:]
-    import torch
-
     for p, r in zip(phases, rows, strict=True):  # the step's other phases, from its metrics row
         p["generation_s"] = float(r["time/generation_s"])
-        p["build_batch_s"] = float(r["time/step_s"]) - p["generation_s"] - float(r["time/train_s"])
-        p["learner_other_s"] = float(r["time/train_s"]) - p["logprobs_s"] - p["fwd_bwd_s"] - p["optimizer_s"]
+        p["train_s"] = float(r["time/train_s"])
+        p["build_batch_s"] = float(r["time/step_s"]) - p["generation_s"] - p["train_s"]
+        p["learner_other_s"] = p["train_s"] - p["logprobs_s"] - p["fwd_bwd_s"] - p["optimizer_s"]
+        p["completion_length"] = float(r["completions/mean_length"])
+    import torch
 
-    def med(key: str, src: list[dict[str, float]] = phases[warm:]) -> float | None:
-        return statistics.median(p[key] for p in src) if src else None
+    return {"phases": phases, "step_s": step_s, "step_cpu_s": cpu_s, "torch_version": torch.__version__}
+
+
+def summarize_ours(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
+    """Medians over every round's measured steps (each round's first ``warm`` dropped)."""
+    phases = [p for r in rounds for p in r["phases"][warm:]]
+    step_s = [s for r in rounds for s in r["step_s"][warm:]]
+    cpu_s = [s for r in rounds for s in r["step_cpu_s"][warm:]]
+
+    def med(key: str) -> float | None:
+        return statistics.median(p[key] for p in phases) if phases else None
 
     return {
-        "phases": phases,
         **{k: med(k) for k in ("build_batch_s", "logprobs_s", "fwd_bwd_s", "fwd_bwd_cpu_s", "optimizer_s",
-                               "learner_other_s", "padded_tokens_run")},
-        "tokens_run": med("tokens_run"),
-        "trained_positions": med("trained_positions"),
-        "step_s": step_s,
-        "step_cpu_s": cpu_s,
-        "s_per_step": statistics.median(step_s[warm:]) if measured else None,
-        "cpu_s_per_step": statistics.median(cpu_s[warm:]) if measured else None,
-        "mean_completion_length": statistics.fmean(r["completions/mean_length"] for r in measured)
-        if measured else None,
-        "generation_s": statistics.median(r["time/generation_s"] for r in measured) if measured else None,
-        "train_s": statistics.median(r["time/train_s"] for r in measured) if measured else None,
-        "torch_version": torch.__version__,
+                               "learner_other_s", "padded_tokens_run", "tokens_run", "trained_positions",
+                               "generation_s", "train_s")},
+        "phases": [p for r in rounds for p in r["phases"]],
+        "step_s": [s for r in rounds for s in r["step_s"]],
+        "step_cpu_s": [s for r in rounds for s in r["step_cpu_s"]],
+        "s_per_step": statistics.median(step_s) if step_s else None,
+        "cpu_s_per_step": statistics.median(cpu_s) if cpu_s else None,
+        "mean_completion_length": statistics.fmean(p["completion_length"] for p in phases) if phases else None,
+        "torch_version": rounds[0]["torch_version"],
     }
 
 
@@ -438,6 +454,27 @@ def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dic
     return out
 
 
+def summarize_trl(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
+    """TRL's rounds pooled like ours (`summarize_ours`); the first failed round's error if any failed."""
+    failed = [r for r in rounds if r.get("error")]
+    if failed:
+        return failed[0]
+    step_s = [s for r in rounds for s in r["step_s"][warm:]]
+    cpu_s = [s for r in rounds for s in r["step_cpu_s"][warm:]]
+    gen_s = [s for r in rounds for s in r.get("step_generation_s", [])[warm:]]
+    lengths = [x for r in rounds for x in r.get("step_lengths", [])[warm:]]
+    return {
+        **{k: rounds[0].get(k) for k in ("trl_version", "transformers_version", "torch_version")},
+        "step_s": [s for r in rounds for s in r["step_s"]],
+        "step_cpu_s": [s for r in rounds for s in r["step_cpu_s"]],
+        "s_per_step": statistics.median(step_s) if step_s else None,
+        "cpu_s_per_step": statistics.median(cpu_s) if cpu_s else None,
+        "generation_s": statistics.median(gen_s) if gen_s else None,
+        "mean_completion_length": statistics.fmean(lengths) if lengths
+        else statistics.fmean(r["mean_completion_length"] for r in rounds),
+    }
+
+
 def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, peak: float) -> dict[str, Any]:
     """The learner's FLOP rate against the machine's peak, and our step's phases (medians, seconds).
 
@@ -488,6 +525,13 @@ def learner_line(ours: dict[str, Any], fig: dict[str, Any]) -> str:
             f"{_fmt(fig['fwd_bwd_cpu_mfu'])})")
 
 
+def _round_figures(ours: dict[str, Any], trl: dict[str, Any], warm: int) -> dict[str, float | None]:
+    """One round's medians and ratio, to show how far the rounds agree."""
+    o = statistics.median(ours["step_s"][warm:])
+    t = statistics.median(trl["step_s"][warm:]) if trl.get("step_s") else None
+    return {"ours_s_per_step": o, "trl_s_per_step": t, "ratio": o / t if t else None}
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
@@ -501,6 +545,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--natural-lengths", action="store_true", help="do not suppress EOS (lengths may differ)")
     ap.add_argument("--warmup", type=int, default=2, help="steps dropped on each side (default 2)")
     ap.add_argument("--steps", type=int, default=8, help="measured steps on each side (default 8)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate ours and TRL this many times and pool the steps (default 1; 3 on a shared machine)")
+    ap.add_argument("--size", choices=sorted(SIZES), default="0.8m",
+                    help="model shape preset (0.8m, 25m, 104m); the shape flags below override it")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads on both sides (default 1: see the module doc)")
     ap.add_argument("--ahead", type=int, default=0,
@@ -510,12 +558,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=8, help="unique prompts per step (default 8)")
     ap.add_argument("--G", type=int, default=8, help="samples per prompt (default 8)")
     ap.add_argument("--max-tokens", type=int, default=16, help="completion tokens (default 16)")
-    ap.add_argument("--hidden-size", type=int, default=128)
-    ap.add_argument("--intermediate-size", type=int, default=384)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--hidden-size", type=int, default=None)
+    ap.add_argument("--intermediate-size", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--kv-heads", type=int, default=None)
     args = ap.parse_args(argv)
+    for key, value in SIZES[args.size].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.rounds < 1:
+        ap.error("need --rounds >= 1")
     if args.warmup < 0 or args.steps < 1:
         ap.error("need --warmup >= 0 and --steps >= 1")
     if args.iterations < 1 or (args.iterations > 1 and not args.no_trl):
@@ -542,10 +595,25 @@ def main(argv: list[str] | None = None) -> int:
         peak = peak_tflops(work["threads"])
         print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {work['threads']} torch threads)",
               flush=True)
-        ours = run_ours(work, model_dir, root / "ours")
+        # Rounds alternate ours and TRL, so a machine that slows down or speeds up mid-run (other
+        # tenants) weighs on both sides alike; each side's figure is the median of all its rounds' steps.
+        ours_rounds: list[dict[str, Any]] = []
+        trl_rounds: list[dict[str, Any]] = []
+        rows = None if args.no_trl else training_rows(work["env_args"])
+        for k in range(args.rounds):
+            if args.rounds > 1:
+                print(f"round {k + 1} of {args.rounds}", flush=True)
+            ours_rounds.append(run_ours(work, model_dir, root / f"ours{k}"))
+            if rows is not None:
+                trl_rounds.append(run_trl(work, model_dir, root / f"trl{k}", rows))
+                if trl_rounds[-1].get("error"):
+                    break
+        ours = summarize_ours(ours_rounds, work["warmup_steps"])
         trl: dict[str, Any] = {"error": "skipped (--no-trl)"}
-        if not args.no_trl:
-            trl = run_trl(work, model_dir, root / "trl", training_rows(work["env_args"]))
+        if rows is not None:
+            trl = summarize_trl(trl_rounds, work["warmup_steps"])
+    rounds = [_round_figures(o, t, work["warmup_steps"]) for o, t in zip(ours_rounds, trl_rounds or
+                                                                          [{}] * len(ours_rounds), strict=False)]
     ours_s, trl_s = ours.get("s_per_step"), trl.get("s_per_step")
     ratio = ours_s / trl_s if ours_s and trl_s else None
     ours_cpu, trl_cpu = ours.get("cpu_s_per_step"), trl.get("cpu_s_per_step")
@@ -559,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f"TRL {trl_s:.3f} s/step (CPU {trl_cpu:.3f} s; generation {_fmt(trl.get('generation_s'))} s); "
            f"ratio ours/TRL {ratio:.3f} "
            f"(CPU {cpu_ratio:.3f}), target <= {TARGET_RATIO}: {verdict}"
+           + (f"; per round {', '.join(_fmt(r['ratio']) for r in rounds)}" if len(rounds) > 1 else "")
            if ratio is not None and cpu_ratio is not None else f"TRL: {trl.get('error')}"),
         flush=True,
     )
@@ -582,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         "ours_num_iterations": work["num_iterations"],
         "warmup_steps": work["warmup_steps"],
         "measured_steps": work["measured_steps"],
+        "rounds": rounds,
         "ours_mean_completion_length": ours.get("mean_completion_length"),
         "trl_mean_completion_length": trl.get("mean_completion_length"),
         "ours_generation_s": ours.get("generation_s"),

@@ -48,6 +48,26 @@ def test_a_benchmark_process_becomes_rows_with_date_load_and_settings(run_all: A
     assert "warming up" in (tmp_path / "trainer_step.log").read_text()
 
 
+def test_one_script_as_two_benches_keeps_each_size_s_rows_apart(run_all: Any, tmp_path: Path) -> None:
+    """The 25M trainer_step rows carry their own bench name, so rerunning one size keeps the other's rows."""
+    big = {**TRAINER_STEP, "model": {"params": 25229824},
+           "rounds": [{"ratio": 0.47}, {"ratio": 0.52}, {"ratio": 0.49}]}
+    script = tmp_path / "fake_trainer_step.py"
+    script.write_text(f"import json\nprint(json.dumps({big!r}))\n")
+    bench = run_all.Bench("trainer_step_25m", ["--size", "25m"], [], run_all.rows_trainer_step, 60, path=script)
+    rows, _ = run_all.run_bench(bench, True, tmp_path)
+    assert [r.benchmark for r in rows] == ["trainer_step_25m", "trainer_step_25m"]
+    assert "25.2M params" in rows[0].figure and "ratio per round 0.470 / 0.520 / 0.490" in rows[0].figure
+    small = run_all.Row("trainer_step", "s per GRPO step (0.8M params)", "0.2")
+    text = run_all.update_readme(f"# B\n\n{run_all.BEGIN}\n{run_all.table([small])}\n{run_all.END}\n", rows,
+                                 {"trainer_step_25m"})
+    kept = run_all.parse_table(text.split(run_all.BEGIN)[1].split(run_all.END)[0])
+    assert [r.benchmark for r in kept] == ["trainer_step", "trainer_step_25m", "trainer_step_25m"]
+    again = run_all.update_readme(text, rows, {"trainer_step_25m"})  # a rerun replaces, never duplicates
+    assert again == text
+    assert {"trainer_step_25m", "trainer_step_104m"} <= {b.name for b in run_all.BENCHES}
+
+
 def test_a_benchmark_without_a_json_line_is_a_failed_row(run_all: Any, tmp_path: Path) -> None:
     script = tmp_path / "broken.py"
     script.write_text("print('no json here')\nraise SystemExit(3)\n")
