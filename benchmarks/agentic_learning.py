@@ -100,6 +100,7 @@ def main(argv: list[str]) -> None:
         run = Path(tmp) / "run"
         overrides = ["--output_dir", str(run), "--progress", "false", "--plot", "false", *argv]
         cfg = load_config(CONFIG, overrides)
+        run = Path(cfg.output_dir)  # an --output_dir override keeps the run where the user asked
         t = time.perf_counter()
         GRPOTrainer(cfg).train()
         wall = time.perf_counter() - t

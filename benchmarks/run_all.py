@@ -1,6 +1,6 @@
 """Every headline benchmark, one after another, and one table of where we stand.
 
-    python benchmarks/run_all.py --quick                  # quick settings, ~25 minutes on 2 cores
+    python benchmarks/run_all.py --quick                  # quick settings, ~15-20 minutes on 2 cores
     python benchmarks/run_all.py                          # each benchmark's own defaults (an hour or more)
     python benchmarks/run_all.py --quick --only trainer_step,gateway_overhead
     python benchmarks/run_all.py --quick --no-readme      # print the table, leave benchmarks/README.md alone
@@ -325,7 +325,7 @@ def update_readme(text: str, rows: list[Row], ran: set[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short settings (~25 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="short settings (~15-20 minutes on 2 cores)")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite the table in benchmarks/README.md")
     ap.add_argument("--log-dir", type=Path, default=None, help="where each benchmark's output goes")

@@ -111,6 +111,7 @@ FOREIGN = {
     "--steps": "benchmarks/scale.py", "--loss": "benchmarks/agentic_copy_probe.py",
     "--tools": "benchmarks/agentic_copy_probe.py", "--ahead": "benchmarks/trainer_step.py",
     "--cpu": "accelerate", "--modes": "benchmarks/scale.py",
+    "--size": "benchmarks/trainer_step.py", "--rounds": "benchmarks/trainer_step.py",
 }
 
 
