@@ -1,4 +1,4 @@
-"""Shared fixtures: scripted OpenAI-compatible servers on 127.0.0.1 and tiny datasets.
+"""Shared fixtures: scripted OpenAI-compatible servers on 127.0.0.1, tiny datasets, benchmark scripts.
 
 Everything that talks to a "model" here goes over real HTTP (``ScriptedServer`` in a
 thread, ``vf.make_client`` on the client side), so the tests exercise the same
@@ -7,6 +7,8 @@ client stack (openai SDK, aiohttp transport, retries, error mapping) as producti
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,26 @@ ROWS = [
     {"question": "beta", "answer": "beta"},
     {"question": "gamma", "answer": "not-gamma"},
 ]
+
+
+@pytest.fixture(scope="module")
+def benchmark_script() -> Iterator[Callable[[str], Any]]:
+    """``load(name)``: ``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    loaded: list[str] = []
+
+    def load(name: str) -> Any:
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while a class is built
+        loaded.append(name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)
 
 
 @pytest.fixture

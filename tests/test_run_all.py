@@ -7,25 +7,16 @@ the markers, keeping the rows of benchmarks that were not rerun.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
-def run_all() -> Any:
-    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_all"] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("run_all", None)
+def run_all(benchmark_script: Callable[[str], Any]) -> Any:
+    return benchmark_script("run_all")
 
 
 TRAINER_STEP = {"ours_s_per_step": 0.4, "trl_s_per_step": 0.5, "ratio": 0.8, "target_ratio": 0.5,

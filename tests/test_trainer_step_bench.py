@@ -7,26 +7,16 @@ figure taken from one round only, or with a warm-up step left in, fails.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(scope="module")
-def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("trainer_step_bench", ROOT / "benchmarks" / "trainer_step.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["trainer_step_bench"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("trainer_step_bench", None)
+def bench(benchmark_script: Callable[[str], Any]) -> Any:
+    return benchmark_script("trainer_step")
 
 
 def _phase(gen: float, fwd_bwd: float) -> dict[str, float]:
