@@ -108,6 +108,9 @@ def main(argv: list[str]) -> None:
         log = run / "warmup.jsonl"
         warmup = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
     out = summarize(rows, wall)
+    import torch
+
+    out["torch_threads"] = torch.get_num_threads()  # the wall time depends on it (`torch_threads` follows the load)
     out["rollouts_per_step"] = cfg.rows_per_step
     out["warmup_steps"] = len(warmup)
     if warmup:
