@@ -361,11 +361,14 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     return {"phases": phases, "step_s": step_s, "step_cpu_s": cpu_s, "torch_version": torch.__version__}
 
 
+def _measured(rounds: list[dict[str, Any]], key: str, warm: int) -> list[Any]:
+    """Every round's ``key`` list after its first ``warm`` steps, one after another."""
+    return [x for r in rounds for x in r.get(key, [])[warm:]]
+
+
 def summarize_ours(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
     """Medians over every round's measured steps (each round's first ``warm`` dropped)."""
-    phases = [p for r in rounds for p in r["phases"][warm:]]
-    step_s = [s for r in rounds for s in r["step_s"][warm:]]
-    cpu_s = [s for r in rounds for s in r["step_cpu_s"][warm:]]
+    phases, step_s, cpu_s = (_measured(rounds, k, warm) for k in ("phases", "step_s", "step_cpu_s"))
 
     def med(key: str) -> float | None:
         return statistics.median(p[key] for p in phases) if phases else None
@@ -374,9 +377,7 @@ def summarize_ours(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
         **{k: med(k) for k in ("build_batch_s", "logprobs_s", "fwd_bwd_s", "fwd_bwd_cpu_s", "optimizer_s",
                                "learner_other_s", "padded_tokens_run", "tokens_run", "trained_positions",
                                "generation_s", "train_s")},
-        "phases": [p for r in rounds for p in r["phases"]],
-        "step_s": [s for r in rounds for s in r["step_s"]],
-        "step_cpu_s": [s for r in rounds for s in r["step_cpu_s"]],
+        **{k: _measured(rounds, k, 0) for k in ("phases", "step_s", "step_cpu_s")},
         "s_per_step": statistics.median(step_s) if step_s else None,
         "cpu_s_per_step": statistics.median(cpu_s) if cpu_s else None,
         "mean_completion_length": statistics.fmean(p["completion_length"] for p in phases) if phases else None,
@@ -459,14 +460,11 @@ def summarize_trl(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
     failed = [r for r in rounds if r.get("error")]
     if failed:
         return failed[0]
-    step_s = [s for r in rounds for s in r["step_s"][warm:]]
-    cpu_s = [s for r in rounds for s in r["step_cpu_s"][warm:]]
-    gen_s = [s for r in rounds for s in r.get("step_generation_s", [])[warm:]]
-    lengths = [x for r in rounds for x in r.get("step_lengths", [])[warm:]]
+    step_s, cpu_s, gen_s, lengths = (_measured(rounds, k, warm)
+                                     for k in ("step_s", "step_cpu_s", "step_generation_s", "step_lengths"))
     return {
         **{k: rounds[0].get(k) for k in ("trl_version", "transformers_version", "torch_version")},
-        "step_s": [s for r in rounds for s in r["step_s"]],
-        "step_cpu_s": [s for r in rounds for s in r["step_cpu_s"]],
+        **{k: _measured(rounds, k, 0) for k in ("step_s", "step_cpu_s")},
         "s_per_step": statistics.median(step_s) if step_s else None,
         "cpu_s_per_step": statistics.median(cpu_s) if cpu_s else None,
         "generation_s": statistics.median(gen_s) if gen_s else None,
