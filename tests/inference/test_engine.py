@@ -137,6 +137,35 @@ def test_generate_sync_from_many_threads(engine, ref) -> None:
     assert outs == [ref.greedy(p, 8) for p in ids]
 
 
+async def test_requests_submitted_in_one_loop_iteration_share_one_prefill(tiny_dir, ref) -> None:
+    """A trainer's batch reaches the engine together, even when submitting it takes a while.
+
+    The second request is submitted 50 ms after the first, in the same event-loop iteration (a
+    ``time.sleep`` lets the engine thread run meanwhile): handed over at once, the first request
+    would start a step alone and the second would be prefilled a step later.
+    """
+    a, b = (ref.chat_ids([{"role": "user", "content": t}]) for t in prompts(2))
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+    async def after_a_stall() -> Any:
+        time.sleep(0.05)
+        return await eng.generate(b, params)
+
+    with InferenceEngine.from_pretrained(tiny_dir) as eng:
+        outs = await asyncio.gather(eng.generate(a, params), after_a_stall())
+        assert eng.stats["prefills"] == 1 and eng.stats["steps"] == 6
+    assert [o.outputs[0].token_ids for o in outs] == [ref.greedy(a, 6), ref.greedy(b, 6)]
+
+
+async def test_a_request_submitted_as_the_engine_stops_fails_instead_of_hanging(tiny_dir) -> None:
+    eng = InferenceEngine.from_pretrained(tiny_dir).start()
+    pending = asyncio.ensure_future(eng.generate([5, 6, 7], SamplingParams(max_tokens=2)))
+    await asyncio.sleep(0)  # submitted: the hand-over waits for the end of this iteration
+    eng.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        await asyncio.wait_for(pending, 30)
+
+
 def test_n_larger_than_the_batch_cap_still_runs(tiny_dir) -> None:
     with InferenceEngine.from_pretrained(tiny_dir, max_batch_size=2) as eng:
         out = eng.generate_sync([5, 6, 7], SamplingParams(temperature=1.0, seed=1, max_tokens=4), n=3)

@@ -135,11 +135,27 @@ def _failing_forward(model: Any, should_fail: Any) -> Any:
 MARK = 90  # a token only the doomed request's prompt holds
 
 
-def test_an_oom_in_prefill_fails_only_the_request_that_did_not_fit(model_tok, monkeypatch) -> None:
+@pytest.mark.parametrize("fast_decode", [True, False], ids=["fast-decode", "transformers-forward"])
+def test_an_oom_in_prefill_fails_only_the_request_that_did_not_fit(model_tok, monkeypatch, fast_decode: bool) -> None:
     model, tok = model_tok
     expected = [_reference(model, p, 12) for p in PROMPTS[:4]]
-    monkeypatch.setattr(model, "forward", _failing_forward(model, lambda kw: bool((kw["input_ids"] == MARK).any())))
-    with InferenceEngine(model, tok) as engine:
+
+    def doomed(kw: dict[str, Any]) -> bool:
+        return bool((kw["input_ids"] == MARK).any())
+
+    if fast_decode:  # the engine's own prefill (FastDecoder.prefill, plain ops)
+        prefill = FastDecoder.prefill
+
+        def failing_prefill(self: FastDecoder, input_ids: Any, *args: Any) -> Any:
+            if doomed({"input_ids": input_ids}):
+                _raise_oom()
+            return prefill(self, input_ids, *args)
+
+        monkeypatch.setattr(FastDecoder, "prefill", failing_prefill)
+    else:
+        monkeypatch.setattr(model, "forward", _failing_forward(model, doomed))
+    with InferenceEngine(model, tok, fast_decode=fast_decode) as engine:
+        assert (engine._decoder.fast is not None) == fast_decode
         outs = _together(engine, [(p, GREEDY) for p in PROMPTS[:4]] + [([MARK, 5, 6], GREEDY)])
         assert engine.generate_sync(PROMPTS[0], GREEDY).outputs[0].token_ids == expected[0]  # still serving
     assert isinstance(outs[4], ServerError) and "max_kv_tokens" in str(outs[4])

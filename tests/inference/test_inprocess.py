@@ -76,3 +76,40 @@ async def test_an_environment_runs_on_the_in_process_client(inproc, tokenizer) -
         (turn,) = res.tokens
         assert tokenizer.decode(turn.completion_ids, skip_special_tokens=True) == res.completion[-1]["content"]
         assert len(turn.completion_logprobs) == len(turn.completion_ids) <= 6
+
+
+async def test_small_bodies_are_parsed_on_the_event_loop_and_large_ones_in_a_thread(engine, monkeypatch) -> None:
+    """A typical request skips the hop to a worker thread; a huge one still never blocks the loop."""
+    import threading
+
+    from verifiers.inference import api as api_mod
+
+    threads: list[int] = []
+    parse = api_mod.EmbeddedAPI._parse_chat
+
+    def recording(self: Any, body: Any) -> Any:
+        threads.append(threading.get_ident())
+        return parse(self, body)
+
+    monkeypatch.setattr(api_mod.EmbeddedAPI, "_parse_chat", recording)
+    api = api_mod.EmbeddedAPI(engine, [MODEL])
+    small = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    large = {**small, "messages": [{"role": "user", "content": "word " * 4_000}]}
+    assert api_mod.body_chars(small) <= api_mod.INLINE_PARSE_CHARS < api_mod.body_chars(large)
+    out = await api.chat(small)
+    assert out["choices"][0]["finish_reason"] in ("stop", "length")
+    with pytest.raises(vf.OverlongPromptError):  # 20k tokens for a 2k context: refused, from the worker thread
+        await api.chat(large)
+    loop_thread = threading.get_ident()
+    assert threads[0] == loop_thread and threads[1] != loop_thread
+
+
+def test_body_size_estimate_counts_messages_prompts_and_tools() -> None:
+    from verifiers.inference.api import INLINE_PARSE_CHARS, body_chars
+
+    assert body_chars({"messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": None}]}) == 3
+    parts = [{"type": "text", "text": "ab"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    assert body_chars({"messages": [{"role": "user", "content": parts}]}) == 2 + 1_000
+    assert body_chars({"messages": [], "tools": [{}] * 3}) == 3_000
+    assert body_chars({"prompt": "abcd"}) == 4 and body_chars({"prompt": [[1, 2, 3], [4]]}) == 4
+    assert body_chars("not a dict") > INLINE_PARSE_CHARS  # unknown shapes take the safe path

@@ -154,6 +154,8 @@ class TrainConfig(BaseModel):
     lora_modules_to_save: list[str] = Field(
         default_factory=list, description="modules trained in full beside the adapters (peft modules_to_save)")
     torch_threads: int | None = Field(None, ge=1)
+    retain_freed_memory: bool = Field(
+        True, description="keep freed tensor memory in the process (glibc mallopt): no page faults on reuse")
 
     # evaluation, checkpoints, logging
     eval_every: int = Field(0, ge=0, description="0 = never")

@@ -29,6 +29,7 @@ from trainers.grpo.data.generator import BatchGenerator
 from trainers.grpo.data.prompts import load_expert, training_rows
 from trainers.grpo.data.scoring import RewardFunctionError
 from trainers.grpo.data.store import ExperienceStore
+from trainers.grpo.dist.malloc import retain_freed_memory
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.dist.threads import choose_torch_threads
 from trainers.grpo.learn.policy import Policy, build_policy, resolve_model_path
@@ -97,6 +98,8 @@ class GRPOTrainer:
         if threads is not None:
             torch.set_num_threads(threads)
         self.show.threads = f"{torch.get_num_threads()} ({why})"
+        if cfg.retain_freed_memory:
+            self.show.malloc = retain_freed_memory()
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         model_path = resolve_model_path(cfg, self.out, self.dist, self.show.print)

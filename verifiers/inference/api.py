@@ -38,6 +38,43 @@ from verifiers.inference.render_cache import RenderCache
 from verifiers.inference.sse import DONE, ChunkWriter, merge_deltas
 from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
 
+INLINE_PARSE_CHARS = 16_000
+"""Bodies up to about this size (`body_chars`) are parsed on the event loop, larger ones in a thread."""
+
+
+def body_chars(body: Any) -> int:
+    """A cheap estimate of the text a chat or completions body makes the parser render and tokenize.
+
+    Why: parsing a typical request (a few messages) takes about 10 µs, less than the hop to a worker
+    thread and back, and a batch of requests parsed in threads reaches the engine one by one; a
+    huge body (a long document, a big tool list) can take seconds and must stay off the event loop.
+    Message parts that are not text and tool schemas count as 1,000 characters each.
+    """
+    if not isinstance(body, dict):
+        return INLINE_PARSE_CHARS + 1
+    total = 1_000 * len(body.get("tools") or ())
+    for m in body.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(p.get("text") or "") if isinstance(p, dict) and p.get("type") == "text" else 1_000
+                         for p in content)
+        total += 200 * len(m.get("tool_calls") or ()) if isinstance(m, dict) else 1_000
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        total += len(prompt)
+    elif isinstance(prompt, list):
+        total += sum(len(p) if isinstance(p, (str, list)) else 1 for p in prompt)
+    return total
+
+
+async def parse_body(parse: Any, body: Any) -> Any:
+    """``parse(body)``, on the event loop for a small body and in a worker thread for a large one."""
+    if body_chars(body) <= INLINE_PARSE_CHARS:
+        return parse(body)
+    return await asyncio.to_thread(parse, body)
+
 
 def render_chat(
     tokenizer: Any,
@@ -237,8 +274,7 @@ class EmbeddedAPI:
         return (req, *self._chat_inputs(req))  # validates the model name
 
     async def chat(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
-        # Parsing, templating and tokenizing a large body take seconds: off the event loop.
-        req, prompt_ids, params, forced, use_tools = await asyncio.to_thread(self._parse_chat, body)
+        req, prompt_ids, params, forced, use_tools = await parse_body(self._parse_chat, body)
         model = req.model or self.names[0]
         if req.stream:
             events = self.engine.stream(prompt_ids, params, req.n, forced=forced)
@@ -369,7 +405,7 @@ class EmbeddedAPI:
         return req, model, self._prompts(req.prompt)
 
     async def completions(self, body: Any) -> dict[str, Any] | AsyncIterator[str]:
-        req, model, prompts = await asyncio.to_thread(self._parse_completions, body)
+        req, model, prompts = await parse_body(self._parse_completions, body)
         if any(not p for p in prompts):
             raise OpenAIError(400, "prompt is empty", param="prompt")
         params = req.sampling(

@@ -1,4 +1,4 @@
-"""One decoding step of a Llama-family model written as plain tensor ops, for the engine on a CPU.
+"""The engine's decoding step and prefill of a Llama-family model written as plain tensor ops, for CPUs.
 
 Why: on a small model a decoding step is dominated by per-call work around the arithmetic, not
 by the arithmetic. transformers' generic forward builds a 4-D mask on every call, writes RMSNorm
@@ -8,7 +8,9 @@ arithmetic runs from the model's own modules' weights: one fused ``rms_norm`` pe
 rotation with one sign-folded sine, keys and values written straight into the engine's
 `SlotKV`, and grouped-query attention as two batched products. On the trainer benchmark's
 0.8M-parameter model a GRPO batch (64 completions of 16 tokens) takes the engine 12-17% less time;
-at 25M parameters the step is matmuls and the two are level (`benchmarks/fast_decode.py`).
+at 25M parameters the step is matmuls and the two are level (`benchmarks/fast_decode.py`). The
+prefill (`FastDecoder.prefill`) runs `forward_tokens`, the multi-token forward the learner shares
+(with autograd), writing each layer's keys and values straight into the prompts' slots.
 
 Weights are read from the modules on every call, so an update the trainer copies in (or a
 model shared with the learner) is used at once. `why_not` refuses anything whose forward this
@@ -20,6 +22,7 @@ rounding (tests compare logits and greedy tokens for Llama, Qwen2 and Qwen3).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -139,6 +142,79 @@ class FastDecoder:
                              mlp.down_proj.bias)
         head = self.model.lm_head
         return F.linear(rms_norm(h, inner.norm), head.weight, head.bias)
+
+    def prefill(self, input_ids: Any, position_ids: Any, attn: Any, kv: Any) -> Any:
+        """Logits ``[rows, vocab]`` at the last column of a prefill chunk ``input_ids [rows, n]``.
+
+        ``attn`` is the rows' ``[rows, offset + n]`` padding mask and ``kv`` the cache, planned for
+        this chunk (`SlotKV.plan_prefill`): each layer's keys and values go straight into its slots.
+        """
+        import torch.nn.functional as F
+
+        hidden = forward_tokens(self.model, input_ids, attn, position_ids, kv.write)
+        head = self.model.lm_head
+        return F.linear(hidden[:, -1], head.weight, head.bias)
+
+
+def forward_tokens(lm: Any, input_ids: Any, attention_mask: Any, position_ids: Any,
+                   write: Callable[[int, Any, Any], tuple[Any, Any]]) -> Any:
+    """Final hidden states ``[N, T, H]`` (after the last norm) of ``lm`` on ``input_ids [N, T]``, as plain ops.
+
+    The multi-token forward shared by the engine's prefill and the learner (which runs it with
+    autograd). ``attention_mask`` is ``[N, P + T]`` (1 = a real token) over the ``P`` columns
+    already cached and the new ones; ``write(layer, k, v)`` stores a layer's new keys and values
+    (``[N, kv_heads, T, head_dim]``, rotated) and returns the layer's whole ``[N, kv_heads, P + T,
+    head_dim]`` keys and values. Rows may be left- or right-padded: a padding query attends to
+    itself only (its output is never used), so no row of the softmax is empty, and padding keys are
+    masked for every real query, as in transformers. SDPA's fused kernel, not explicit products: at
+    long rows (an SFT warm-up's whole episodes) explicit ``[T, P + T]`` score matrices cost more than
+    all the per-op work this saves.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    inner, cfg = lm.model, lm.config
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    half = head_dim // 2
+    rows, width = input_ids.shape
+    cached = attention_mask.shape[1] - width
+
+    emb = inner.embed_tokens
+    h = F.embedding(input_ids, emb.weight, emb.padding_idx)
+    cos, sin = inner.rotary_emb(h, position_ids)  # [N, T, D]: rope type and attention scaling included
+    cos = cos.unsqueeze(2)
+    sin = torch.cat([-sin[..., :half], sin[..., half:]], -1).unsqueeze(2)  # rotate_half's sign, folded in
+
+    def rotate(t: Any) -> Any:  # t: [N, T, heads, D]
+        return t * cos + torch.cat([t[..., half:], t[..., :half]], -1) * sin
+
+    real = attention_mask.to(torch.bool)
+    causal = torch.ones(width, width, dtype=torch.bool, device=h.device).tril()
+    own = torch.eye(width, dtype=torch.bool, device=h.device)
+    allowed = torch.cat([real[:, None, :cached].expand(rows, width, cached),
+                         (causal & real[:, None, cached:]) | own], dim=2)
+    allowed = allowed.unsqueeze(1)  # [N, 1, T, P + T], one mask for every head
+
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        x = rms_norm(h, layer.input_layernorm)
+        q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(rows, width, heads, head_dim)
+        k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(rows, width, kv_heads, head_dim)
+        v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(rows, width, kv_heads, head_dim)
+        if getattr(attn, "q_norm", None) is not None:
+            q, k = rms_norm(q, attn.q_norm), rms_norm(k, attn.k_norm)
+        k, v = write(i, rotate(k).transpose(1, 2), v.transpose(1, 2))
+        out = F.scaled_dot_product_attention(rotate(q).transpose(1, 2), k, v, attn_mask=allowed,
+                                             scale=attn.scaling, enable_gqa=True)
+        out = out.transpose(1, 2).reshape(rows, width, -1)
+        h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+        x = rms_norm(h, layer.post_attention_layernorm)
+        gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
+        h = h + F.linear(gate * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight,
+                         mlp.down_proj.bias)
+    return rms_norm(h, inner.norm)
 
 
 def rms_norm(x: Any, norm: Any) -> Any:

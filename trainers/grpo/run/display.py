@@ -32,6 +32,8 @@ class RunDisplay:
         self.watch: RunWatch | None = None
         self.threads = ""
         """Torch threads and why (set by the trainer; shown on a CPU)."""
+        self.malloc = ""
+        """What `retain_freed_memory` did (set by the trainer; shown on a CPU)."""
 
     def print(self, text: str) -> None:
         """Rank 0 prints; lines are not wrapped (a log file has no width)."""
@@ -88,6 +90,7 @@ class RunDisplay:
         return {
             "device": str(policy.device) + (f" x{self.dist.world_size} processes" if self.dist.world_size > 1 else ""),
             **({"torch threads": self.threads} if self.threads and policy.device.type == "cpu" else {}),
+            **({"allocator": self.malloc} if self.malloc and policy.device.type == "cpu" else {}),
             "dtype": precision,
             "parameters": f"{total:,}" + (f" ({trainable:,} trained)" if trainable != total else ""),
             **({"sharding": sharding(policy)} if policy.sharded else {}),

@@ -96,6 +96,7 @@ class InferenceEngine:
         self.weight_version = 0
         self._cv = threading.Condition()
         self._waiting: list[Request] = []
+        self._soon: dict[asyncio.AbstractEventLoop, list[Request]] = {}  # `_enqueue_soon`, per submitting loop
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._pause_depth = 0
@@ -287,11 +288,42 @@ class InferenceEngine:
         self.check_token_ids(forced, "tool_choice")
         return Request(prompt, params, n, max_tokens, sink, list(forced))
 
-    def _enqueue(self, req: Request) -> None:
+    def _check_running(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             raise RuntimeError("the inference engine is not running: call start() or use it as a context manager")
+
+    def _enqueue(self, req: Request) -> None:
+        self._check_running()
         with self._cv:
             self._waiting.append(req)
+            self._cv.notify_all()
+
+    def _enqueue_soon(self, req: Request) -> None:
+        """Queue ``req`` at the end of this event-loop iteration, with every request submitted in it.
+
+        Why: a trainer submits a whole batch (64 rollouts) within one loop iteration. Woken by the
+        first request, the engine would start a step with the few that had arrived and prefill the
+        rest a step later, one more step for the whole batch; handed over together, they share one
+        prefill. The delay is the rest of the current iteration.
+        """
+        self._check_running()
+        loop = asyncio.get_running_loop()
+        pending = self._soon.setdefault(loop, [])
+        pending.append(req)
+        if len(pending) == 1:
+            loop.call_soon(self._hand_over, loop)
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        reqs = [r for r in self._soon.pop(loop, []) if not r.cancelled]
+        if not reqs:
+            return
+        with self._cv:
+            if self._thread is None or not self._thread.is_alive() or self._stopping:
+                exc = RuntimeError("the inference engine stopped")
+                for r in reqs:
+                    r.sink.fail(exc)
+                return
+            self._waiting.extend(reqs)
             self._cv.notify_all()
 
     async def generate(
@@ -303,7 +335,7 @@ class InferenceEngine:
         over; this is how a required or named tool choice is honoured.
         """
         req = self._make_request(prompt_ids, params, n, Sink(asyncio.get_running_loop(), False), forced)
-        self._enqueue(req)
+        self._enqueue_soon(req)
         try:
             return await req.sink.future
         except asyncio.CancelledError:
@@ -322,7 +354,7 @@ class InferenceEngine:
         Must be called from a running event loop.
         """
         req = self._make_request(prompt_ids, params, n, Sink(asyncio.get_running_loop(), True), forced)
-        self._enqueue(req)
+        self._enqueue_soon(req)
         return self._iterate(req)
 
     async def _iterate(self, req: Request) -> AsyncIterator[list[StreamDelta] | RequestOutput]:

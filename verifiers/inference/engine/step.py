@@ -233,11 +233,9 @@ class DecodeBatch:
                 n = min(chunk, length - off)
                 kv.attn[start:stop, off : off + n] = mask[:, off : off + n]
                 kv.plan_prefill(start, stop, off, n)
-                out = self.model(input_ids=ids[:, off : off + n], attention_mask=kv.attn[start:stop, : off + n],
-                                 position_ids=pos[:, off : off + n], past_key_values=self.cache, use_cache=True,
-                                 logits_to_keep=1)
+                last = self._prefill_forward(ids[:, off : off + n], pos[:, off : off + n], kv.attn[start:stop, : off + n])
                 self.stats["prefill_forwards"] += 1
-            group_logits.append(out.logits[:, -1, :])
+            group_logits.append(last)
         logits = group_logits[0] if len(group_logits) == 1 else torch.cat(group_logits, dim=0)
         if plan.copies:
             src = torch.tensor([s for s, _ in plan.copies], dtype=torch.long, device=dev)
@@ -246,6 +244,14 @@ class DecodeBatch:
             logits = torch.cat([logits, logits.index_select(0, src - first_slot)], dim=0)
         self.join_rows(plan.seqs, first_slot, logits.shape[1])
         return logits
+
+    def _prefill_forward(self, ids: Any, pos: Any, attn: Any) -> Any:
+        """The last column's logits of one prefill chunk, its keys and values written into the planned slots."""
+        if self.fast is not None:
+            return self.fast.prefill(ids, pos, attn, self.kv)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
 
     def join_rows(self, seqs: list[Seq], first_slot: int, vocab: int) -> None:
         """Write the new rows' positions and sampling parameters into their slots (once per row)."""
