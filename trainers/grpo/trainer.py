@@ -29,7 +29,7 @@ from trainers.grpo.data.generator import BatchGenerator
 from trainers.grpo.data.prompts import load_expert, training_rows
 from trainers.grpo.data.scoring import RewardFunctionError
 from trainers.grpo.data.store import ExperienceStore
-from trainers.grpo.dist.malloc import retain_freed_memory
+from trainers.grpo.dist.heap import retain_freed_memory, startup_objects_frozen
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.dist.threads import choose_torch_threads
 from trainers.grpo.learn.policy import Policy, build_policy, resolve_model_path
@@ -232,7 +232,8 @@ class GRPOTrainer:
         interrupted, self._step_start, self._unsynced = False, None, None
         self.stop.install()
         try:
-            with self.show.running(self.step):
+            # startup_objects_frozen: no full collection walks the model, engine and libraries every few steps
+            with self.show.running(self.step), startup_objects_frozen():
                 while self.step < cfg.max_steps:
                     if self.dist.any_rank(self.stop.requested):  # all ranks stop at the same step
                         raise KeyboardInterrupt
