@@ -109,6 +109,34 @@ async def test_sync_and_async_functions_and_weights() -> None:
     assert rubric.get_reward_funcs() == [sync_one, async_half, metric_only]
 
 
+async def test_async_reward_functions_run_concurrently_and_plain_ones_in_order() -> None:
+    """Two slow async judges overlap (one wait, not two); plain functions run inline, in order."""
+    running, peak, order = [0], [0], []
+
+    async def judge(completion) -> float:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.01)
+        running[0] -= 1
+        return 1.0
+
+    async def judge_two(completion) -> float:
+        return await judge(completion)
+
+    def first(completion) -> float:
+        order.append("first")
+        return 1.0
+
+    def second(completion) -> float:
+        order.append("second")
+        return 1.0
+
+    score = await vf.Rubric(funcs=[judge, judge_two]).score_rollout(prompt=[], completion=[])
+    assert score.reward == 2.0 and peak[0] == 2
+    score = await vf.Rubric(funcs=[first, second, judge]).score_rollout(prompt=[], completion=[])
+    assert score.reward == 3.0 and order == ["first", "second"]
+
+
 async def test_exception_in_one_function_is_recorded_and_others_count(server: ScriptedServer, client) -> None:
     def good(completion) -> float:
         return 1.0

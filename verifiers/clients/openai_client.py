@@ -262,6 +262,8 @@ def as_chat_client(client: Any) -> ChatClient:
     * anything else with ``chat.completions.create`` (wrappers, mocks, clients whose
       ``create`` was patched for instrumentation): that ``create`` is called, as 0.1.x did.
     """
+    if isinstance(client, RequestAdapter):  # ours already (the common case: a cheap class check first)
+        return client
     if isinstance(client, (openai.AsyncOpenAI, openai.OpenAI)) and _sdk_create_untouched(client):
         adapter = _ADAPTERS.get(client)
         if adapter is None:

@@ -53,6 +53,7 @@ class _Sig:
     required: frozenset[str]
     var_kw: bool
     is_group: bool
+    is_async: bool = False
 
     @classmethod
     def of(cls, fn: RewardFunc) -> _Sig:
@@ -73,7 +74,8 @@ class _Sig:
                 if p.default is p.empty:
                     required.add(p.name)
         is_group = bool(getattr(fn, "__vf_group__", False)) or bool(params & _PLURAL)
-        return cls(callable_name(fn), frozenset(params), frozenset(required), var_kw, is_group)
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+        return cls(callable_name(fn), frozenset(params), frozenset(required), var_kw, is_group, is_async)
 
     def select(self, available: dict[str, Any]) -> dict[str, Any]:
         if self.var_kw:
@@ -275,7 +277,8 @@ class Rubric:
             except Exception as exc:
                 return RolloutError.from_exception(exc, where=f"reward:{sig.name}")
 
-        if self.parallelize_scoring:
+        # Concurrently only where it can overlap: a task per plain function costs more than the function
+        if self.parallelize_scoring and sum(s.is_async for _, s, _ in funcs) > 1:
             values = await asyncio.gather(*(one(f, s) for f, s, _ in funcs))
         else:
             values = [await one(f, s) for f, s, _ in funcs]
