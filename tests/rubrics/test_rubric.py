@@ -120,8 +120,13 @@ async def test_async_reward_functions_run_concurrently_and_plain_ones_in_order()
         running[0] -= 1
         return 1.0
 
-    async def judge_two(completion) -> float:
-        return await judge(completion)
+    class JudgeTwo:  # a callable object with an async __call__ counts as async too
+        __name__ = "judge_two"
+
+        async def __call__(self, completion) -> float:
+            return await judge(completion)
+
+    judge_two = JudgeTwo()
 
     def first(completion) -> float:
         order.append("first")

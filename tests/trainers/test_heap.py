@@ -40,14 +40,14 @@ def _probe(mode: str, env: dict[str, str] | None = None) -> dict:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_a_freed_activation_is_reused_without_page_faults() -> None:
     default, kept = _probe("off"), _probe("on")
-    assert kept["done"] == "freed memory kept for reuse"
+    assert kept["done"] == "keeps freed memory for reuse"
     assert default["faults"] > 10 * 16_000 * 0.9  # 16k pages of 4 KiB, faulted in again every time
     assert kept["faults"] < default["faults"] / 20
 
 
 def test_the_users_malloc_environment_wins(monkeypatch) -> None:
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
-    assert retain_freed_memory() == "MALLOC_*_THRESHOLD_ from the environment"
+    assert retain_freed_memory() == "as MALLOC_*_THRESHOLD_ in the environment say"
 
 
 def test_the_trainer_applies_it_unless_configured_off() -> None:

@@ -74,7 +74,7 @@ class _Sig:
                 if p.default is p.empty:
                     required.add(p.name)
         is_group = bool(getattr(fn, "__vf_group__", False)) or bool(params & _PLURAL)
-        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
         return cls(callable_name(fn), frozenset(params), frozenset(required), var_kw, is_group, is_async)
 
     def select(self, available: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ _FALLBACK_MMAP_THRESHOLD = 32 << 20
 def retain_freed_memory() -> str:
     """Raise glibc's mmap and trim thresholds for this process; returns what was done, for the banner."""
     if any(os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
-        return "MALLOC_*_THRESHOLD_ from the environment"
+        return "as MALLOC_*_THRESHOLD_ in the environment say"
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -48,12 +48,12 @@ def retain_freed_memory() -> str:
     except OSError:
         mallopt = None
     if mallopt is None:  # not glibc (macOS, musl without mallopt): the allocator is left as it is
-        return "not glibc: allocator unchanged"
+        return "unchanged (not glibc)"
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     if not mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and not mallopt(_M_MMAP_THRESHOLD, _FALLBACK_MMAP_THRESHOLD):
-        return "glibc refused mallopt: allocator unchanged"
+        return "unchanged (glibc refused mallopt)"
     mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    return "freed memory kept for reuse"
+    return "keeps freed memory for reuse"
 
 
 @contextlib.contextmanager
