@@ -132,6 +132,22 @@ def _failing_forward(model: Any, should_fail: Any) -> Any:
     return run
 
 
+def _inject_oom(monkeypatch: Any, model: Any, fast_decode: bool, method: str, should_fail: Any) -> None:
+    """An injected OOM wherever ``should_fail({"input_ids": ...})``: in `FastDecoder`'s ``method`` (the
+    engine's own decoding step or prefill, `verifiers.inference.fast_decode`) or in the model's forward."""
+    if not fast_decode:
+        monkeypatch.setattr(model, "forward", _failing_forward(model, should_fail))
+        return
+    real = getattr(FastDecoder, method)
+
+    def failing(self: FastDecoder, input_ids: Any, *args: Any) -> Any:
+        if should_fail({"input_ids": input_ids}):
+            _raise_oom()
+        return real(self, input_ids, *args)
+
+    monkeypatch.setattr(FastDecoder, method, failing)
+
+
 MARK = 90  # a token only the doomed request's prompt holds
 
 
@@ -143,17 +159,7 @@ def test_an_oom_in_prefill_fails_only_the_request_that_did_not_fit(model_tok, mo
     def doomed(kw: dict[str, Any]) -> bool:
         return bool((kw["input_ids"] == MARK).any())
 
-    if fast_decode:  # the engine's own prefill (FastDecoder.prefill, plain ops)
-        prefill = FastDecoder.prefill
-
-        def failing_prefill(self: FastDecoder, input_ids: Any, *args: Any) -> Any:
-            if doomed({"input_ids": input_ids}):
-                _raise_oom()
-            return prefill(self, input_ids, *args)
-
-        monkeypatch.setattr(FastDecoder, "prefill", failing_prefill)
-    else:
-        monkeypatch.setattr(model, "forward", _failing_forward(model, doomed))
+    _inject_oom(monkeypatch, model, fast_decode, "prefill", doomed)  # the engine's own prefill is plain ops
     with InferenceEngine(model, tok, fast_decode=fast_decode) as engine:
         assert (engine._decoder.fast is not None) == fast_decode
         outs = _together(engine, [(p, GREEDY) for p in PROMPTS[:4]] + [([MARK, 5, 6], GREEDY)])
@@ -177,17 +183,7 @@ def test_an_oom_while_decoding_sheds_the_newest_request_and_the_rest_finish(mode
             state["armed"] = False
         return hit
 
-    if fast_decode:  # the engine's own decoding step (verifiers.inference.fast_decode)
-        step = FastDecoder.__call__
-
-        def failing_step(self: FastDecoder, input_ids: Any, *args: Any) -> Any:
-            if fail_once_with_three_rows({"input_ids": input_ids}):
-                _raise_oom()
-            return step(self, input_ids, *args)
-
-        monkeypatch.setattr(FastDecoder, "__call__", failing_step)
-    else:
-        monkeypatch.setattr(model, "forward", _failing_forward(model, fail_once_with_three_rows))
+    _inject_oom(monkeypatch, model, fast_decode, "__call__", fail_once_with_three_rows)
     with InferenceEngine(model, tok, fast_decode=fast_decode) as engine:
         assert (engine._decoder.fast is not None) == fast_decode
         first = _together(engine, [(PROMPTS[3], long), (PROMPTS[4], long)])
