@@ -20,12 +20,12 @@ ROWS = [{"question": "look up A", "answer": "42", "info": {"table": {"A": "42", 
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie, or a process reaped between the two looks, counts as gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        os.kill(pid, 0)  # signal 0: an existence check, nothing is sent
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
 def _env(command: list[str], funcs: list[Any] | None = None, **kw: Any) -> vf.AgentEnv:
