@@ -1,15 +1,18 @@
-"""The engine's own decoding step vs transformers' forward: time to generate a GRPO-sized batch.
+"""The engine's own decoding step (packed weights and plain) vs transformers' forward: time for a GRPO-sized batch.
 
     python benchmarks/fast_decode.py                 # 0.8M and 25M parameters, 8 rounds each
     python benchmarks/fast_decode.py --sizes tiny --rounds 20
 
-One `InferenceEngine` per path (``fast_decode=True`` / ``False``) over the same model object
-(llama, float32, CPU, one torch thread); each round sends the trainer benchmark's batch (8 chat
-prompts x 8 samples, exactly 16 new tokens each: ``min_tokens`` = ``max_tokens`` = 16,
-temperature 1) to one engine and then the other, so a moment of load on this shared machine hits
-both paths alike. Reported per size: the median seconds per batch on each path, their ratio, and
-whether the two paths agreed on greedy tokens and log-probabilities for the same prompts (they
-must: `tests/inference/test_fast_decode.py`). The last stdout line is one JSON object.
+One `InferenceEngine` per path over the same model object (llama, float32, CPU, one torch thread):
+the engine's own step with oneDNN-packed projection weights (the default), the same step with
+``packed_weights=False`` (``F.linear`` of the modules' weights), and ``fast_decode=False``
+(transformers' forward). Each round sends the trainer benchmark's batch (8 chat prompts x 8
+samples, exactly 16 new tokens each: ``min_tokens`` = ``max_tokens`` = 16, temperature 1) to each
+engine in turn, so a moment of load on this shared machine hits every path alike. Reported per
+size: the median seconds per batch on each path (``fast_s``, ``plain_s``, ``transformers_s``),
+``ratio`` (fast / transformers), ``packed_ratio`` (fast / plain), and whether the paths agreed on
+greedy tokens and log-probabilities for the same prompts (they must:
+`tests/inference/test_fast_decode.py`). The last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def measure(size: str, rounds: int) -> dict[str, Any]:
     sampled = SamplingParams(temperature=1.0, max_tokens=TOKENS, min_tokens=TOKENS, logprobs=True)
     greedy = SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True, logprobs=True)
     engines = {"fast": InferenceEngine(model, tok, fast_decode=True).start(),
+               "plain": InferenceEngine(model, tok, fast_decode=True, packed_weights=False).start(),
                "transformers": InferenceEngine(model, tok, fast_decode=False).start()}
     try:
         if not engines["fast"].fast_decoding:
@@ -63,8 +67,10 @@ def measure(size: str, rounds: int) -> dict[str, Any]:
             outs = asyncio.run(_batch(engine, prompts, greedy))
             same[name] = [(list(o.outputs[0].token_ids), list(o.outputs[0].logprobs)) for o in outs]
             asyncio.run(_batch(engine, prompts, sampled))  # warm-up
-        tokens_equal = [t for t, _ in same["fast"]] == [t for t, _ in same["transformers"]]
-        lp_diff = max(abs(a - b) for (_, x), (_, y) in zip(same["fast"], same["transformers"], strict=True)
+        tokens_equal = all([t for t, _ in same[name]] == [t for t, _ in same["transformers"]]
+                           for name in ("fast", "plain"))
+        lp_diff = max(abs(a - b) for name in ("fast", "plain")
+                      for (_, x), (_, y) in zip(same[name], same["transformers"], strict=True)
                       for a, b in zip(x, y, strict=True))
         times: dict[str, list[float]] = {name: [] for name in engines}
         for _ in range(rounds):
@@ -75,15 +81,17 @@ def measure(size: str, rounds: int) -> dict[str, Any]:
     finally:
         for engine in engines.values():
             engine.stop()
-    fast, slow = statistics.median(times["fast"]), statistics.median(times["transformers"])
+    fast, plain, slow = (statistics.median(times[name]) for name in ("fast", "plain", "transformers"))
     params = sum(p.numel() for p in model.parameters())
     print(f"{size} ({params / 1e6:.2f}M params): {PROMPTS}x{SAMPLES} completions of {TOKENS} tokens in "
-          f"{fast * 1e3:.1f} ms with the engine's own step, {slow * 1e3:.1f} ms with transformers' forward "
-          f"(ratio {fast / slow:.3f}); greedy tokens equal: {tokens_equal}, max logprob difference {lp_diff:.2e}",
+          f"{fast * 1e3:.1f} ms with the engine's own step and packed weights, {plain * 1e3:.1f} ms without "
+          f"packing, {slow * 1e3:.1f} ms with transformers' forward (ratio {fast / slow:.3f}, packed "
+          f"{fast / plain:.3f}); greedy tokens equal: {tokens_equal}, max logprob difference {lp_diff:.2e}",
           flush=True)
-    return {"params": params, "fast_s": fast, "transformers_s": slow, "ratio": fast / slow,
-            "tokens_equal": tokens_equal, "max_logprob_diff": lp_diff, "torch_threads": torch.get_num_threads(),
-            "fast_rounds_s": times["fast"], "transformers_rounds_s": times["transformers"]}
+    return {"params": params, "fast_s": fast, "plain_s": plain, "transformers_s": slow, "ratio": fast / slow,
+            "packed_ratio": fast / plain, "tokens_equal": tokens_equal, "max_logprob_diff": lp_diff,
+            "torch_threads": torch.get_num_threads(), "fast_rounds_s": times["fast"],
+            "plain_rounds_s": times["plain"], "transformers_rounds_s": times["transformers"]}
 
 
 def main(argv: list[str] | None = None) -> int:

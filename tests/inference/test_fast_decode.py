@@ -1,9 +1,10 @@
 """The engine's own decoding step (`verifiers.inference.fast_decode`) gives transformers' results.
 
-Each model is served twice, with ``fast_decode`` on and off, on the same continuous-batching
-workload: prompts of different lengths (left padding), requests of different lengths (rows leave
-and their slots are refilled) and a request that arrives while others decode (rows join). Greedy
-tokens must be identical and log-probabilities equal to float32 rounding. Models the fast path
+Each model is served three times (the fast path with packed weights and without, and transformers'
+forward: ``fast_decode`` off) on the same continuous-batching workload: prompts of different
+lengths (left padding), requests of different lengths (rows leave and their slots are refilled)
+and a request that arrives while others decode (rows join). Greedy tokens must be identical and
+log-probabilities equal to float32 rounding. Models the fast path
 does not reproduce must be refused, so the engine keeps their own forward.
 """
 
@@ -59,15 +60,18 @@ def test_fast_decode_gives_transformers_tokens_and_logprobs(arch: str) -> None:
     model, tok = _model(arch)
     assert why_not(model) is None
     results = {}
-    for fast in (True, False):
-        with InferenceEngine(model, tok, fast_decode=fast) as engine:
-            assert (engine._decoder.fast is not None) is fast
-            results[fast] = asyncio.run(_workload(engine, tok))
+    paths = {"packed": {}, "plain": {"packed_weights": False}, "transformers": {"fast_decode": False}}
+    for path, kw in paths.items():
+        with InferenceEngine(model, tok, **kw) as engine:
+            assert (engine._decoder.fast is not None) is (path != "transformers")
+            assert path != "packed" or engine._decoder.fast.pack_reason is None
+            results[path] = asyncio.run(_workload(engine, tok))
             assert engine.stats["max_batch"] > 1
-    for (fast_ids, fast_lp), (hf_ids, hf_lp) in zip(results[True], results[False], strict=True):
-        assert fast_ids == hf_ids
-        assert fast_lp == pytest.approx(hf_lp, abs=2e-5)
-    assert len({tuple(ids) for ids, _ in results[True]}) > 3  # the prompts lead to different outputs
+    for path in ("packed", "plain"):
+        for (fast_ids, fast_lp), (hf_ids, hf_lp) in zip(results[path], results["transformers"], strict=True):
+            assert fast_ids == hf_ids
+            assert fast_lp == pytest.approx(hf_lp, abs=2e-5)
+    assert len({tuple(ids) for ids, _ in results["packed"]}) > 3  # the prompts lead to different outputs
 
 
 def test_fast_decode_sees_weight_updates_at_once() -> None:

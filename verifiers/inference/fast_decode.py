@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.inference.projections import ModuleProjections, PackedProjections, Projections
+
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 """Models whose decoder layer is exactly: RMSNorm, attention (optional q/k norm, biases), RMSNorm, SwiGLU MLP."""
 
@@ -83,19 +85,40 @@ class FastDecoder:
     """``model``'s decoding step (one new token per row) on the engine's `SlotKV` cache.
 
     Build it with `FastDecoder.for_model`, which returns None where `why_not` objects.
+
+    ``packed``: run the projections from oneDNN-packed copies of the weights (`PackedProjections`,
+    2-3x faster matrix products on a CPU) where `PackedProjections.unavailable` has no objection
+    (``pack_reason`` says why not). The copy is rebuilt before the next forward once
+    `weights_changed` is called (the engine calls it when a pause ends and when the weight version
+    goes up) or once a projection weight is replaced or written in place with autograd's knowledge.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, *, packed: bool = True) -> None:
         cfg = model.config
         self.model = model
         self.heads = int(cfg.num_attention_heads)
         self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
         self.qk_norm = hasattr(model.model.layers[0].self_attn, "q_norm")
+        self.pack_reason = PackedProjections.unavailable(model) if packed else "packed weights are off"
+        self._plain = ModuleProjections(model)
+        self._packed: PackedProjections | None = None
 
     @classmethod
-    def for_model(cls, model: Any) -> FastDecoder | None:
-        return cls(model) if why_not(model) is None else None
+    def for_model(cls, model: Any, *, packed: bool = True) -> FastDecoder | None:
+        return cls(model, packed=packed) if why_not(model) is None else None
+
+    def weights_changed(self) -> None:
+        """The model's weights may have changed (in any way): repack before the next forward."""
+        self._packed = None
+
+    def projections(self) -> Projections:
+        """The packed projections, repacked first if the weights changed; the modules' own without packing."""
+        if self.pack_reason is not None:
+            return self._plain
+        if self._packed is None or not self._packed.fits(self.model):
+            self._packed = PackedProjections(self.model)
+        return self._packed
 
     def __call__(self, input_ids: Any, position_ids: Any, attn: Any, kv: Any) -> Any:
         """Logits ``[rows, vocab]`` for ``input_ids [rows]`` at ``position_ids [rows]``.
@@ -120,12 +143,11 @@ class FastDecoder:
         def rotate(t: Any) -> Any:
             return t * cos + torch.cat([t[..., half:], t[..., :half]], -1) * sin
 
+        proj = self.projections()
         for i, layer in enumerate(inner.layers):
-            a, mlp = layer.self_attn, layer.mlp
-            x = rms_norm(h, layer.input_layernorm)
-            q = F.linear(x, a.q_proj.weight, a.q_proj.bias).view(rows, H, D)
-            k = F.linear(x, a.k_proj.weight, a.k_proj.bias).view(rows, KV, D)
-            v = F.linear(x, a.v_proj.weight, a.v_proj.bias).view(rows, KV, 1, D)
+            a = layer.self_attn
+            q, k, v = proj.qkv(i, rms_norm(h, layer.input_layernorm))
+            q, k, v = q.view(rows, H, D), k.view(rows, KV, D), v.view(rows, KV, 1, D)
             if self.qk_norm:
                 q, k = rms_norm(q, a.q_norm), rms_norm(k, a.k_norm)
             keys, values = kv.write(i, rotate(k).unsqueeze(2), v)
@@ -135,13 +157,9 @@ class FastDecoder:
             scores = scores.view(rows, KV, G, width).mul_(a.scaling).masked_fill_(blocked, lowest)
             probs = torch.softmax(scores, -1).view(rows * KV, G, width)
             out = torch.bmm(probs, values.reshape(rows * KV, width, D)).view(rows, H * D)
-            h = h + F.linear(out, a.o_proj.weight, a.o_proj.bias)
-            x = rms_norm(h, layer.post_attention_layernorm)
-            gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
-            h = h + F.linear(gate * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight,
-                             mlp.down_proj.bias)
-        head = self.model.lm_head
-        return F.linear(rms_norm(h, inner.norm), head.weight, head.bias)
+            h = h + proj.o(i, out)
+            h = h + proj.mlp(i, rms_norm(h, layer.post_attention_layernorm))
+        return proj.head(rms_norm(h, inner.norm))
 
     def prefill(self, input_ids: Any, position_ids: Any, attn: Any, kv: Any) -> Any:
         """Logits ``[rows, vocab]`` at the last column of a prefill chunk ``input_ids [rows, n]``.
@@ -149,15 +167,13 @@ class FastDecoder:
         ``attn`` is the rows' ``[rows, offset + n]`` padding mask and ``kv`` the cache, planned for
         this chunk (`SlotKV.plan_prefill`): each layer's keys and values go straight into its slots.
         """
-        import torch.nn.functional as F
-
-        hidden = forward_tokens(self.model, input_ids, attn, position_ids, kv.write)
-        head = self.model.lm_head
-        return F.linear(hidden[:, -1], head.weight, head.bias)
+        proj = self.projections()
+        hidden = forward_tokens(self.model, input_ids, attn, position_ids, kv.write, proj)
+        return proj.head(hidden[:, -1])
 
 
 def forward_tokens(lm: Any, input_ids: Any, attention_mask: Any, position_ids: Any,
-                   write: Callable[[int, Any, Any], tuple[Any, Any]]) -> Any:
+                   write: Callable[[int, Any, Any], tuple[Any, Any]], proj: Projections | None = None) -> Any:
     """Final hidden states ``[N, T, H]`` (after the last norm) of ``lm`` on ``input_ids [N, T]``, as plain ops.
 
     The multi-token forward shared by the engine's prefill and the learner (which runs it with
@@ -197,23 +213,19 @@ def forward_tokens(lm: Any, input_ids: Any, attention_mask: Any, position_ids: A
                          (causal & real[:, None, cached:]) | own], dim=2)
     allowed = allowed.unsqueeze(1)  # [N, 1, T, P + T], one mask for every head
 
+    proj = proj or ModuleProjections(lm)
     for i, layer in enumerate(inner.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        x = rms_norm(h, layer.input_layernorm)
-        q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(rows, width, heads, head_dim)
-        k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(rows, width, kv_heads, head_dim)
-        v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(rows, width, kv_heads, head_dim)
+        attn = layer.self_attn
+        q, k, v = proj.qkv(i, rms_norm(h, layer.input_layernorm))
+        q = q.view(rows, width, heads, head_dim)
+        k, v = k.view(rows, width, kv_heads, head_dim), v.view(rows, width, kv_heads, head_dim)
         if getattr(attn, "q_norm", None) is not None:
             q, k = rms_norm(q, attn.q_norm), rms_norm(k, attn.k_norm)
         k, v = write(i, rotate(k).transpose(1, 2), v.transpose(1, 2))
         out = F.scaled_dot_product_attention(rotate(q).transpose(1, 2), k, v, attn_mask=allowed,
                                              scale=attn.scaling, enable_gqa=True)
-        out = out.transpose(1, 2).reshape(rows, width, -1)
-        h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-        x = rms_norm(h, layer.post_attention_layernorm)
-        gate = F.silu(F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias))
-        h = h + F.linear(gate * F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight,
-                         mlp.down_proj.bias)
+        h = h + proj.o(i, out.transpose(1, 2).reshape(rows, width, -1))
+        h = h + proj.mlp(i, rms_norm(h, layer.post_attention_layernorm))
     return rms_norm(h, inner.norm)
 
 

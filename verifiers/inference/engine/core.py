@@ -56,6 +56,10 @@ class InferenceEngine:
     An out-of-memory error fails only the newest request; the others continue.
     ``fast_decode`` decodes Llama-family float32 models on a CPU without transformers' forward
     (`verifiers.inference.fast_decode`, same outputs); other models always use their own forward.
+    ``packed_weights`` lets that path multiply by oneDNN-packed copies of the projection weights
+    (`verifiers.inference.projections`; about 2x faster products, one more copy of those weights in
+    memory, models up to 1 GiB of them). The copy is rebuilt after `paused` ends and after
+    `bump_version`, so edit shared weights under `paused` as `update_weights` does.
 
     ``logprobs_mode="raw"``
     (vLLM's default) reports log-softmax of the model's logits, before temperature and
@@ -74,6 +78,7 @@ class InferenceEngine:
         max_kv_tokens: int | None = None,
         max_prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
         fast_decode: bool = True,
+        packed_weights: bool = True,
     ) -> None:
         if logprobs_mode not in ("raw", "processed"):
             raise ConfigError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
@@ -108,7 +113,7 @@ class InferenceEngine:
         self._decoder = DecodeBatch(model, device=self.device, seed=seed, budget=self.budget,
                                     max_prefill_tokens=self.max_prefill_tokens, logprobs_mode=logprobs_mode,
                                     eos_ids=self.eos_ids, decode=self._decode, stats=self.stats,
-                                    fast_decode=fast_decode)
+                                    fast_decode=fast_decode, packed_weights=packed_weights)
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -207,10 +212,13 @@ class InferenceEngine:
         finally:
             with self._cv:
                 self._pause_depth -= 1
+                if self._pause_depth == 0:  # whoever paused may have written the weights
+                    self._decoder.weights_changed()
                 self._cv.notify_all()
 
     def bump_version(self) -> int:
         """Record that the (shared) weights changed; returns the new version."""
+        self._decoder.weights_changed()
         self.weight_version += 1
         return self.weight_version
 

@@ -46,6 +46,7 @@ class DecodeBatch:
         decode: Callable[[list[int]], str],
         stats: dict[str, int],
         fast_decode: bool = True,
+        packed_weights: bool = True,
     ) -> None:
         import torch
 
@@ -66,9 +67,14 @@ class DecodeBatch:
         self.cache = self.kv.cache(int(cfg.num_hidden_layers))
         # Why decoding runs transformers' forward (None: the engine's own step, `FastDecoder`).
         self.slow_reason = why_not(model) if fast_decode else "fast_decode is off"
-        self.fast = FastDecoder(model) if self.slow_reason is None else None
+        self.fast = FastDecoder(model, packed=packed_weights) if self.slow_reason is None else None
         self._comp_key: tuple[int, ...] = ()
         self._comp: dict[str, Any] = {}
+
+    def weights_changed(self) -> None:
+        """The model's weights may have changed: the fast path's packed copy is rebuilt before the next step."""
+        if self.fast is not None:
+            self.fast.weights_changed()
 
     # -- the step ----------------------------------------------------------------------------
     def step(self, new: list[Request], version: Callable[[], int]) -> None:

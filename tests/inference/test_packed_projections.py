@@ -1,0 +1,129 @@
+"""Packed projection weights (`verifiers.inference.projections`): same products, never stale.
+
+The engine's fast path multiplies by oneDNN-packed copies of the projection weights. A copy is
+only worth having if it gives the modules' own products and is rebuilt whenever the weights
+change in a way a user or the trainer changes them: under `paused` (the trainer's fused AdamW,
+which autograd's version counter does not see), an in-place edit, a replaced parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from verifiers.inference import projections  # noqa: E402
+from verifiers.inference.engine import InferenceEngine  # noqa: E402
+from verifiers.inference.projections import ModuleProjections, PackedProjections  # noqa: E402
+from verifiers.inference.sampling import SamplingParams  # noqa: E402
+from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+
+SHAPE = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2}
+GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=True)
+
+
+def _model(arch: str = "llama", seed: int = 0) -> tuple[Any, Any]:
+    return build_tiny_model(TinyModelSpec(arch=arch, seed=seed, **SHAPE))
+
+
+def _greedy(model: Any, tok: Any, **engine_kw: Any) -> tuple[list[int], list[float]]:
+    with InferenceEngine(model, tok, **engine_kw) as engine:
+        out = engine.generate_sync(tok.encode("packed weights"), GREEDY).outputs[0]
+    return list(out.token_ids), list(out.logprobs)
+
+
+def _served(engine: InferenceEngine, tok: Any) -> tuple[list[int], list[float]]:
+    out = engine.generate_sync(tok.encode("packed weights"), GREEDY).outputs[0]
+    return list(out.token_ids), list(out.logprobs)
+
+
+def _assert_same(got: tuple[list[int], list[float]], want: tuple[list[int], list[float]]) -> None:
+    assert got[0] == want[0]
+    assert got[1] == pytest.approx(want[1], abs=2e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: biases on the fused query/key/value
+@pytest.mark.parametrize("shape", [(5, 64), (3, 7, 64)], ids=["decode-rows", "prefill-chunk"])
+def test_packed_products_are_the_modules_products(arch: str, shape: tuple[int, ...]) -> None:
+    model, _ = _model(arch)
+    if arch == "qwen2":
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
+    plain = ModuleProjections(model)
+    with torch.inference_mode():
+        packed = PackedProjections(model)
+        x = torch.randn(*shape)
+        for i in range(len(model.model.layers)):
+            for got, want in zip(packed.qkv(i, x), plain.qkv(i, x), strict=True):
+                torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(packed.o(i, x), plain.o(i, x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(packed.mlp(i, x), plain.mlp(i, x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(packed.head(x), plain.head(x), atol=1e-5, rtol=1e-5)
+
+
+def test_the_engine_decodes_with_packed_weights_by_default() -> None:
+    model, tok = _model()
+    with InferenceEngine(model, tok) as engine:
+        assert engine._decoder.fast.pack_reason is None
+        engine.generate_sync(tok.encode("x"), GREEDY)
+        assert isinstance(engine._decoder.fast.projections(), PackedProjections)
+    with InferenceEngine(model, tok, packed_weights=False) as engine:
+        assert engine._decoder.fast.pack_reason == "packed weights are off"
+        assert isinstance(engine._decoder.fast.projections(), ModuleProjections)
+
+
+def test_an_optimizer_step_under_pause_reaches_the_engine() -> None:
+    """The trainer's update: fused AdamW (which leaves autograd's version counters alone) under `paused`."""
+    model, tok = _model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    with InferenceEngine(model, tok) as engine:
+        before = _served(engine, tok)
+        with engine.paused():
+            loss = model(torch.tensor([tok.encode("packed weights")])).logits.logsumexp(-1).mean()
+            loss.backward()
+            optimizer.step()
+        assert all(p.grad is not None for p in model.parameters())
+        after = _served(engine, tok)
+    want = _greedy(model, tok, packed_weights=False)
+    _assert_same(after, want)
+    assert before[1] != pytest.approx(want[1], abs=1e-3)  # the step did change the outputs
+
+
+@pytest.mark.parametrize("edit", ["in-place", "replaced", "data-then-bump"])
+def test_edits_outside_a_pause_reach_the_engine(edit: str) -> None:
+    model, tok = _model()
+    other, _ = _model(seed=7)
+    with InferenceEngine(model, tok) as engine:
+        before = _served(engine, tok)
+        pairs = list(zip(model.parameters(), other.parameters(), strict=True))
+        if edit == "in-place":  # recorded by autograd's version counter
+            with torch.no_grad():
+                for p, q in pairs:
+                    p.copy_(q)
+        elif edit == "replaced":  # new storage for every projection weight
+            for name, module in model.model.layers.named_modules():
+                if isinstance(module, torch.nn.Linear):
+                    new = other.model.layers.get_submodule(name).weight
+                    module.weight = torch.nn.Parameter(new.detach().clone())
+        else:  # a write nothing records: bump_version is how a user says the weights changed
+            for p, q in pairs:
+                p.data.copy_(q.data)
+            engine.bump_version()
+        after = _served(engine, tok)
+    want = _greedy(model, tok, packed_weights=False)  # the edited model, decoded from its own weights
+    _assert_same(after, want)
+    assert before[1] != pytest.approx(want[1], abs=1e-3)
+
+
+def test_a_model_over_the_size_limit_decodes_from_its_own_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tok = _model()
+    monkeypatch.setattr(projections, "PACK_MAX_BYTES", 1000)
+    reason = PackedProjections.unavailable(model)
+    assert reason is not None and "packing copies them" in reason
+    with InferenceEngine(model, tok) as engine:
+        assert engine.fast_decoding and engine._decoder.fast.pack_reason == reason
+        served = _served(engine, tok)
+    monkeypatch.undo()
+    _assert_same(served, _greedy(model, tok))
