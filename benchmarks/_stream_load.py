@@ -5,7 +5,10 @@ dataset (``--random-input-len`` tokens in, ``--random-output-len`` tokens out wi
 ``ignore_eos``), ``--num-prompts`` requests at most ``--max-concurrency`` at a time. Its metrics
 are what this module returns: output tokens/s over the whole run, mean time to first token
 (first chunk that has choices), and mean time per output token, per request
-``(latency - ttft) / (output_tokens - 1)``, averaged over requests.
+``(latency - ttft) / (output_tokens - 1)``, averaged over requests. Before the timed run, ``warmups``
+requests (``--num-warmups``, vLLM's own option; ``max_concurrency`` at a time) warm the server up:
+a freshly started server's first requests pay one-off costs (imports, caches, packing the
+weights) that neither server pays in service.
 
 The bench client is called as a module (``vllm.benchmarks.serve``): the ``vllm`` console script
 of the CPU build looks its distribution up under the name ``vllm`` and fails (the distribution
@@ -41,7 +44,7 @@ class BenchUnavailable(RuntimeError):
 
 
 def vllm_bench(base_url: str, model: str, tokenizer: str, *, input_len: int, output_len: int, prompts: int,
-               concurrency: int, seed: int = 0) -> dict[str, float]:
+               concurrency: int, warmups: int = 0, seed: int = 0) -> dict[str, float]:
     """Run ``vllm bench serve`` against ``base_url`` (``http://host:port``); its metrics."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-c", _BENCH, "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
@@ -49,7 +52,7 @@ def vllm_bench(base_url: str, model: str, tokenizer: str, *, input_len: int, out
                "--random-input-len", str(input_len), "--random-output-len", str(output_len),
                "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--ignore-eos",
                "--seed", str(seed), "--save-result", "--result-dir", tmp, "--result-filename", "r.json",
-               "--disable-tqdm"]
+               "--num-warmups", str(warmups), "--disable-tqdm"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         result = Path(tmp) / "r.json"
         if proc.returncode != 0 or not result.is_file():
@@ -100,7 +103,8 @@ async def _one(session: Any, url: str, model: str, prompt: str, output_len: int)
     return {"ttft": ttft, "latency": latency, "tokens": tokens}
 
 
-async def _own_load(base_url: str, model: str, prompts: list[str], output_len: int, concurrency: int) -> dict:
+async def _own_load(base_url: str, model: str, prompts: list[str], output_len: int, concurrency: int,
+                    warmups: int) -> dict:
     import aiohttp
 
     url = f"{base_url}/v1/chat/completions"
@@ -112,7 +116,8 @@ async def _own_load(base_url: str, model: str, prompts: list[str], output_len: i
             async with sem:
                 return await _one(session, url, model, p, output_len)
 
-        await _one(session, url, model, prompts[0], output_len)  # warm-up, as vLLM's bench does
+        await _one(session, url, model, prompts[0], output_len)  # the initial test request vLLM's bench sends
+        await asyncio.gather(*[limited(prompts[0]) for _ in range(warmups)])
         start = time.perf_counter()
         rows = await asyncio.gather(*[limited(p) for p in prompts])
         duration = time.perf_counter() - start
@@ -123,7 +128,7 @@ async def _own_load(base_url: str, model: str, prompts: list[str], output_len: i
 
 
 def own_load(base_url: str, model: str, tokenizer: str, *, input_len: int, output_len: int, prompts: int,
-             concurrency: int, seed: int = 0) -> dict[str, float]:
+             concurrency: int, warmups: int = 0, seed: int = 0) -> dict[str, float]:
     """The same workload and metrics as `vllm_bench`, generated here (aiohttp)."""
     texts = random_prompts(tokenizer, prompts, input_len, seed)
-    return asyncio.run(_own_load(base_url, model, texts, output_len, concurrency))
+    return asyncio.run(_own_load(base_url, model, texts, output_len, concurrency, warmups))

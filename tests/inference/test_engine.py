@@ -257,3 +257,37 @@ def test_rows_are_processed_independently() -> None:
     out = process_logits(logits, [_row(top_k=1), _row(temperature=2.0)])
     assert out[0].tolist() == [3.0, float("-inf"), float("-inf")]
     assert out[1].tolist() == [1.5, 1.0, 0.5]
+
+
+@pytest.mark.parametrize("cleanup", [False, True])
+def test_streamed_text_is_the_tokenizers_decode(cleanup: bool) -> None:
+    """Streamed rows are decoded on every step, by the Rust tokenizer directly where that is all
+    ``tokenizer.decode`` does; with ``clean_up_tokenization_spaces`` (a Python pass) by ``decode`` itself."""
+    import torch
+
+    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+
+    torch.manual_seed(0)
+    model, tok = build_tiny_model(TinyModelSpec(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                                num_attention_heads=2, num_key_value_heads=1))
+    tok.clean_up_tokenization_spaces = cleanup
+    engine = InferenceEngine(model, tok)
+    decode = engine._decoder.decode
+    assert (decode == engine._decode) is cleanup
+    ids = [*tok.encode("it's a test , ok ."), *tok.all_special_ids, *tok.encode("héllo")]
+    assert decode(ids) == tok.decode(ids, skip_special_tokens=True)
+    if cleanup:  # the cleanup pass did change this text, so the direct path would have been wrong here
+        assert decode(ids) != tok.backend_tokenizer.decode(ids, skip_special_tokens=True)
+
+    async def stream() -> tuple[str, list[int]]:
+        text, token_ids = "", []
+        params = SamplingParams(temperature=1.0, seed=3, max_tokens=24, ignore_eos=True)
+        async for item in engine.stream(tok.encode("say"), params):
+            for delta in item if isinstance(item, list) else []:
+                text += delta.text
+                token_ids += delta.token_ids
+        return text, token_ids
+
+    with engine:
+        text, token_ids = asyncio.run(stream())
+    assert len(token_ids) == 24 and text == tok.decode(token_ids, skip_special_tokens=True)

@@ -29,7 +29,7 @@ from trainers.grpo.data.generator import BatchGenerator
 from trainers.grpo.data.prompts import load_expert, training_rows
 from trainers.grpo.data.scoring import RewardFunctionError
 from trainers.grpo.data.store import ExperienceStore
-from trainers.grpo.dist.heap import retain_freed_memory, startup_objects_frozen
+from trainers.grpo.dist.heap import retain_freed_memory
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.dist.threads import choose_torch_threads
 from trainers.grpo.learn.policy import Policy, build_policy, resolve_model_path
@@ -47,6 +47,7 @@ from trainers.grpo.sync.weight_sync import WeightSync, make_weight_sync
 from verifiers.envs.loader import load_environment
 from verifiers.errors import ServerError
 from verifiers.types import RolloutResult
+from verifiers.utils.gc_freeze import startup_objects_frozen
 
 
 class GRPOTrainer:

@@ -103,6 +103,7 @@ class FastDecoder:
         self.pack_reason = PackedProjections.unavailable(model) if packed else "packed weights are off"
         self._plain = ModuleProjections(model)
         self._packed: PackedProjections | None = None
+        self.rotary = RotaryTable(model.model.rotary_emb)
 
     @classmethod
     def for_model(cls, model: Any, *, packed: bool = True) -> FastDecoder | None:
@@ -132,17 +133,11 @@ class FastDecoder:
 
         inner, rows, width = self.model.model, int(input_ids.shape[0]), int(attn.shape[1])
         H, KV, D = self.heads, self.kv_heads, self.head_dim
-        G, half = H // KV, D // 2
+        G = H // KV
         h = F.embedding(input_ids, inner.embed_tokens.weight)
-        cos, sin = inner.rotary_emb(h, position_ids.view(rows, 1))  # attention scaling and rope type included
-        cos = cos.view(rows, 1, D)
-        sin = torch.cat([-sin[..., :half], sin[..., half:]], -1).view(rows, 1, D)  # rotate_half's sign, folded in
+        rotate = self.rotary.rotation(h, position_ids, width)
         blocked = (attn == 0).view(rows, 1, 1, width)
         lowest = torch.finfo(h.dtype).min
-
-        def rotate(t: Any) -> Any:
-            return t * cos + torch.cat([t[..., half:], t[..., :half]], -1) * sin
-
         proj = self.projections()
         for i, layer in enumerate(inner.layers):
             a = layer.self_attn
@@ -168,12 +163,13 @@ class FastDecoder:
         this chunk (`SlotKV.plan_prefill`): each layer's keys and values go straight into its slots.
         """
         proj = self.projections()
-        hidden = forward_tokens(self.model, input_ids, attn, position_ids, kv.write, proj)
+        hidden = forward_tokens(self.model, input_ids, attn, position_ids, kv.write, proj, self.rotary)
         return proj.head(hidden[:, -1])
 
 
 def forward_tokens(lm: Any, input_ids: Any, attention_mask: Any, position_ids: Any,
-                   write: Callable[[int, Any, Any], tuple[Any, Any]], proj: Projections | None = None) -> Any:
+                   write: Callable[[int, Any, Any], tuple[Any, Any]], proj: Projections | None = None,
+                   rotary: RotaryTable | None = None) -> Any:
     """Final hidden states ``[N, T, H]`` (after the last norm) of ``lm`` on ``input_ids [N, T]``, as plain ops.
 
     The multi-token forward shared by the engine's prefill and the learner (which runs it with
@@ -193,18 +189,12 @@ def forward_tokens(lm: Any, input_ids: Any, attention_mask: Any, position_ids: A
     heads = int(cfg.num_attention_heads)
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
-    half = head_dim // 2
     rows, width = input_ids.shape
     cached = attention_mask.shape[1] - width
 
     emb = inner.embed_tokens
     h = F.embedding(input_ids, emb.weight, emb.padding_idx)
-    cos, sin = inner.rotary_emb(h, position_ids)  # [N, T, D]: rope type and attention scaling included
-    cos = cos.unsqueeze(2)
-    sin = torch.cat([-sin[..., :half], sin[..., half:]], -1).unsqueeze(2)  # rotate_half's sign, folded in
-
-    def rotate(t: Any) -> Any:  # t: [N, T, heads, D]
-        return t * cos + torch.cat([t[..., half:], t[..., :half]], -1) * sin
+    rotate = (rotary or RotaryTable(inner.rotary_emb, cache=False)).rotation(h, position_ids, cached + width)
 
     real = attention_mask.to(torch.bool)
     causal = torch.ones(width, width, dtype=torch.bool, device=h.device).tril()
@@ -227,6 +217,65 @@ def forward_tokens(lm: Any, input_ids: Any, attention_mask: Any, position_ids: A
         h = h + proj.o(i, out.transpose(1, 2).reshape(rows, width, -1))
         h = h + proj.mlp(i, rms_norm(h, layer.post_attention_layernorm))
     return rms_norm(h, inner.norm)
+
+
+class RotaryTable:
+    """A model's rotary embedding as a function of position: cos and sign-folded sin, looked up by position.
+
+    Why: the rotary module costs about ten op dispatches and two decorators per call, and a
+    decoding step needs only its rows' positions. For rope types whose frequencies are fixed
+    (default, linear, llama3, yarn), the module itself computes the table once for positions up to
+    a power of two beyond the longest row seen; it is recomputed if its frequencies change (a
+    buffer replaced or written). Other types (dynamic, longrope: frequencies depend on the length)
+    call the module every time, as ``cache=False`` does.
+    """
+
+    STATIC = ("default", "linear", "llama3", "yarn")
+
+    def __init__(self, rotary: Any, *, cache: bool = True) -> None:
+        self.module = rotary
+        self.cache = cache and getattr(rotary, "rope_type", None) in self.STATIC
+        self._key: tuple[Any, ...] = ()
+        self._cos: Any = None
+        self._sin: Any = None
+
+    def rotation(self, x: Any, position_ids: Any, limit: int) -> Callable[[Any], Any]:
+        """``rotate(t)`` for ``t [*position_ids.shape, heads, head_dim]``; every position is below ``limit``."""
+        import torch
+
+        if self.cache:
+            cos, sin = self._table(x, limit)
+            cos, sin = torch.nn.functional.embedding(position_ids, cos), torch.nn.functional.embedding(position_ids, sin)
+        else:
+            cos, sin = _fold(*self.module(x, position_ids))  # rope type and attention scaling included
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # one rotation for every head
+        half = cos.shape[-1] // 2
+
+        def rotate(t: Any) -> Any:
+            return t * cos + torch.cat([t[..., half:], t[..., :half]], -1) * sin
+
+        return rotate
+
+    def _table(self, x: Any, limit: int) -> tuple[Any, Any]:
+        import torch
+
+        freq = self.module.inv_freq
+        key = (freq.data_ptr(), freq._version, getattr(self.module, "attention_scaling", None), x.dtype, x.device)
+        if key != self._key or self._cos.shape[0] < limit:
+            size = max(256, 1 << (max(limit, 1) - 1).bit_length())
+            positions = torch.arange(size, device=x.device).view(1, size)
+            with torch.no_grad():
+                cos, sin = _fold(*self.module(x, positions))
+            self._cos, self._sin, self._key = cos[0], sin[0], key
+        return self._cos, self._sin
+
+
+def _fold(cos: Any, sin: Any) -> tuple[Any, Any]:
+    """``cos`` and ``sin`` with rotate_half's sign folded into ``sin``'s first half."""
+    import torch
+
+    half = sin.shape[-1] // 2
+    return cos, torch.cat([-sin[..., :half], sin[..., half:]], -1)
 
 
 def rms_norm(x: Any, norm: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The process's heap during training: freed tensor memory kept for reuse, start-up objects frozen.
+"""The process's heap during training: freed tensor memory kept for reuse.
 
 `retain_freed_memory` (glibc). Why: glibc's ``malloc`` serves blocks above its mmap threshold
 (128 KiB at start, adapting upwards) with a fresh ``mmap`` and gives them back with ``munmap``
@@ -12,21 +12,15 @@ which a training loop returns to every step anyway. ``MALLOC_MMAP_THRESHOLD_`` /
 ``MALLOC_TRIM_THRESHOLD_`` set by the user win (glibc read them at start-up), and
 ``retain_freed_memory = false`` turns this off.
 
-`startup_objects_frozen`. Why: Python's cyclic collector now and then walks every object the
-process holds: after start-up that is millions (transformers, torch, the model, the engine), and
-on the 0.8M-parameter benchmark such a full collection took about 200 ms every ten steps, 20 ms
-a step on average (the benchmark's 0.4 s outlier steps). Frozen, they are never walked again;
-the objects a step makes are collected as before (0.4 ms a step).
+Start-up objects are kept from the cyclic collector by `verifiers.utils.gc_freeze`, which
+`vf-serve` shares.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
-import gc
 import os
-from collections.abc import Iterator
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -54,19 +48,3 @@ def retain_freed_memory() -> str:
         return "unchanged (glibc refused mallopt)"
     mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     return "keeps freed memory for reuse"
-
-
-@contextlib.contextmanager
-def startup_objects_frozen() -> Iterator[None]:
-    """Collect once, then keep every object alive now out of the collector's sight until the block ends.
-
-    Entered when the run's long-lived objects exist (model, engine, environment, optimizer), before
-    its first step. On exit they are handed back (`gc.unfreeze`): a process that trains again (a
-    sweep, a notebook, a test suite) gets the finished run's cycles collected instead of leaked.
-    """
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()

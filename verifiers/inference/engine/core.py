@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ class InferenceEngine:
                       "request_failures": 0}
         self._decoder = DecodeBatch(model, device=self.device, seed=seed, budget=self.budget,
                                     max_prefill_tokens=self.max_prefill_tokens, logprobs_mode=logprobs_mode,
-                                    eos_ids=self.eos_ids, decode=self._decode, stats=self.stats,
+                                    eos_ids=self.eos_ids, decode=self._text_decoder(), stats=self.stats,
                                     fast_decode=fast_decode, packed_weights=packed_weights)
 
     # -- construction ----------------------------------------------------------------------
@@ -164,6 +165,25 @@ class InferenceEngine:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _text_decoder(self) -> Callable[[list[int]], str]:
+        """``tokenizer.decode(ids, skip_special_tokens=True)``, calling the Rust tokenizer directly where
+        that is all it does (a streamed row is decoded on every step: 8 -> 3.5 us for 64 ids).
+
+        Only for transformers' `TokenizersBackend` with neither its ``decode`` nor ``_decode``
+        overridden and no ``clean_up_tokenization_spaces`` (a Python pass over the text).
+        """
+        try:
+            from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+            from transformers.tokenization_utils_tokenizers import TokenizersBackend
+        except ImportError:  # another transformers layout: its decode as it is
+            return self._decode
+        cls, backend = type(self.tokenizer), getattr(self.tokenizer, "_tokenizer", None)
+        if (isinstance(self.tokenizer, TokenizersBackend) and cls.decode is PreTrainedTokenizerBase.decode
+                and cls._decode is TokenizersBackend._decode and backend is not None
+                and not getattr(self.tokenizer, "clean_up_tokenization_spaces", False)):
+            return functools.partial(backend.decode, skip_special_tokens=True)
+        return self._decode
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
