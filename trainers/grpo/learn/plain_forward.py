@@ -6,7 +6,9 @@ utilities, goes through its ``Cache`` classes, repeats the key/value heads and w
 with a concatenation and a negation per tensor. This runs the same arithmetic from the model's own
 weights with autograd (`verifiers.inference.fast_decode.forward_tokens`, which the engine's prefill
 also runs: one boolean mask, grouped-query SDPA, the sign folded into the sine), so gradients reach
-the same parameters. The decoding step's checks
+the same parameters. Its projections are oneDNN products of packed weights with their own
+backward (`packed_linear`, about 2x ``F.linear``'s rate on our machine), packed once per prompt
+pass and reused by the completion pass. The decoding step's checks
 (`verifiers.inference.fast_decode.why_not`: architecture, float32, CPU, plain ``nn.Linear``
 projections, no hooks) decide where it applies, and the learner also keeps transformers' forward
 for wrapped models (DDP, PEFT), gradient checkpointing and autocast. Log-probabilities and every
@@ -25,8 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trainers.grpo.learn import packed_linear
+from trainers.grpo.learn.packed_linear import LearnerProjections
 from verifiers.inference.fast_decode import forward_tokens
 from verifiers.inference.fast_decode import why_not as decoder_why_not
+from verifiers.inference.projections import Projections
 
 
 @dataclass
@@ -39,9 +44,11 @@ class PlainLayer:
 
 @dataclass
 class PlainCache:
-    """The prompt pass's keys and values, handed to the completion pass (``.layers`` like a transformers cache)."""
+    """The prompt pass's keys and values, handed to the completion pass (``.layers`` like a transformers cache),
+    and the projections it ran, which the completion pass reuses (the same weights: no repacking)."""
 
     layers: list[PlainLayer] = field(default_factory=list)
+    projections: Projections | None = None
 
 
 @dataclass
@@ -70,7 +77,8 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     ``attention_mask`` is ``[N, P + T]`` (1 = a real token) over the cached columns and the new ones.
     """
     past = past_key_values.layers if past_key_values is not None else []
-    cache = PlainCache()
+    proj = past_key_values.projections if past_key_values is not None else _projections(lm)
+    cache = PlainCache(projections=proj)
 
     def write(i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         if i < len(past):
@@ -79,6 +87,11 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
         cache.layers.append(PlainLayer(k, v))
         return k, v
 
-    hidden = forward_tokens(lm, input_ids, attention_mask, position_ids, write)
+    hidden = forward_tokens(lm, input_ids, attention_mask, position_ids, write, proj)
     head = lm.lm_head
     return hidden, PlainOutput(logits=F.linear(hidden[:, -1:], head.weight, head.bias), past_key_values=cache)
+
+
+def _projections(lm: Any) -> Projections | None:
+    """oneDNN products of the weights as they are now (`packed_linear`), or None: ``F.linear`` of the modules."""
+    return LearnerProjections(lm) if packed_linear.unavailable(lm) is None else None
