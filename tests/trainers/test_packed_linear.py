@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainers.grpo.learn.packed_linear import LearnerProjections, _Linear  # noqa: E402
+from trainers.grpo.learn.packed_linear import _Linear, learner_projections  # noqa: E402
 from verifiers.inference.projections import ModuleProjections  # noqa: E402
 from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
@@ -26,7 +26,7 @@ def test_values_and_gradients_are_f_linears(bias: bool, shape: tuple[int, ...], 
     x = torch.randn(*shape, requires_grad=input_grad)
     dy = torch.randn(*shape[:-1], 40)
 
-    got = _Linear(w, b)(x)
+    got = _Linear(w, b).apply(x)
     grads = torch.autograd.grad(got, [t for t in (x, w, b) if t is not None and t.requires_grad], dy)
     want = torch.nn.functional.linear(x, w, b)
     wanted = torch.autograd.grad(want, [t for t in (x, w, b) if t is not None and t.requires_grad], dy)
@@ -43,7 +43,7 @@ def test_fused_projections_give_each_module_its_own_gradient() -> None:
                                               num_attention_heads=4, num_key_value_heads=2))
     x = torch.randn(2, 6, 32)
     grads = {}
-    for name, proj in (("packed", LearnerProjections(model)), ("plain", ModuleProjections(model))):
+    for name, proj in (("packed", learner_projections(model)), ("plain", ModuleProjections(model))):
         model.zero_grad()
         q, k, v = proj.qkv(0, x)
         (q.square().sum() + k.sum() + v.pow(3).sum() + proj.mlp(0, x).square().sum() + proj.o(0, q).sum()).backward()

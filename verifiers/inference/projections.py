@@ -11,18 +11,22 @@ key and value projections, its output projection, its MLP and the head through o
   fraction of the machine's matmul rate, and a prepacked oneDNN product of the same arithmetic runs
   2-3x faster (the 25M-parameter model's projections for 64 decoding rows: 18.3 -> 6.9 ms on a
   2-core AVX-512 machine; `benchmarks/fast_decode.py` measures the whole step). vLLM's CPU backend
-  does the same (``onednn_mm``). Inference only (no autograd), and a copy: `PackedProjections.fits`
-  says whether it still describes the model's weights, and the engine repacks when it does not.
+  does the same (``onednn_mm``). The engine's products are inference only, and a copy:
+  `PackedProjections.fits` says whether it still describes the model's weights, and the engine
+  repacks when it does not. The learner builds one per optimizer step with products that have a
+  backward (`trainers.grpo.learn.packed_linear`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 PACK_MAX_BYTES = 1 << 30
-"""Largest total of projection weights packed (1 GiB: ~268M float32 parameters). The packed copy
-doubles their memory; a model above this decodes from its own weights."""
+"""Largest total of projection weights packed (1 GiB: ~268M float32 parameters). A packed copy
+costs their memory again (the learner's two: the weights and their transposes); above this the
+engine and the learner multiply by the modules' own weights."""
 
 ROWS_HINT = 64
 """Rows oneDNN is told to expect when it picks the blocked layout (a GRPO batch, vf-serve's load);
@@ -62,30 +66,42 @@ class ModuleProjections:
         return _linear(x, self.lm_head)
 
 
-class PackedProjections:
-    """oneDNN-packed copies of the projections (query/key/value fused, gate/up fused); inference only.
+class Product(Protocol):
+    """One (possibly fused) projection's product: ``apply(x) = x @ weight.T + bias``."""
 
-    Build it inside ``torch.inference_mode()`` or ``torch.no_grad()``. `fits` tells whether the
-    model's weight tensors are still the ones packed (same storage, no in-place write recorded).
+    def apply(self, x: Any) -> Any: ...
+
+
+class PackedProjections:
+    """oneDNN-packed copies of the projections (query/key/value fused, gate/up fused).
+
+    ``product(weight, bias)`` makes each projection's `Product` from the fused weight and bias (by
+    default `_Packed`, inference only: build it inside ``torch.inference_mode()`` or
+    ``torch.no_grad()``; the learner passes one with a backward, and builds this with autograd on,
+    so the fusing ``cat`` hands each module its own gradient). The head is packed on its first use
+    (the learner applies it itself, in chunks). `fits` tells whether the model's weight tensors are
+    still the ones packed (same storage, no in-place write recorded).
     """
 
-    def __init__(self, lm: Any) -> None:
+    def __init__(self, lm: Any, product: Callable[[Any, Any], Product] | None = None) -> None:
         import torch
 
-        self._sources = _projection_weights(lm)
-        self._stamp = _stamp(self._sources)
+        make = product or _pack
+        self._stamp = _stamp(_projection_weights(lm))
+        self._make = make
+        self._lm_head = lm.lm_head
+        self._head: Product | None = None
         self.layers: list[_Layer] = []
         for layer in lm.model.layers:
             a, m = layer.self_attn, layer.mlp
             q, k, gate = a.q_proj, a.k_proj, m.gate_proj
             self.layers.append(_Layer(
-                qkv=_pack(torch.cat([q.weight, k.weight, a.v_proj.weight]), _cat_bias((q, k, a.v_proj))),
+                qkv=make(torch.cat([q.weight, k.weight, a.v_proj.weight]), _cat_bias((q, k, a.v_proj))),
                 q_end=q.out_features, k_end=q.out_features + k.out_features,
-                o=_pack_module(a.o_proj),
-                gate_up=_pack(torch.cat([gate.weight, m.up_proj.weight]), _cat_bias((gate, m.up_proj))),
+                o=make(a.o_proj.weight, a.o_proj.bias),
+                gate_up=make(torch.cat([gate.weight, m.up_proj.weight]), _cat_bias((gate, m.up_proj))),
                 gate_end=gate.out_features,
-                down=_pack_module(m.down_proj)))
-        self.lm_head = _pack_module(lm.lm_head)
+                down=make(m.down_proj.weight, m.down_proj.bias)))
 
     @staticmethod
     def unavailable(lm: Any) -> str | None:
@@ -127,20 +143,22 @@ class PackedProjections:
         return p.down.apply(F.silu(both[..., :p.gate_end]) * both[..., p.gate_end:])
 
     def head(self, x: Any) -> Any:
-        return self.lm_head.apply(x)
+        if self._head is None:
+            self._head = self._make(self._lm_head.weight, self._lm_head.bias)
+        return self._head.apply(x)
 
 
 @dataclass(frozen=True, slots=True)
 class _Layer:
     """One decoder layer's packed projections; ``q_end``, ``k_end``, ``gate_end`` split the fused outputs."""
 
-    qkv: _Packed
+    qkv: Product
     q_end: int
     k_end: int
-    o: _Packed
-    gate_up: _Packed
+    o: Product
+    gate_up: Product
     gate_end: int
-    down: _Packed
+    down: Product
 
 
 class _Packed:
@@ -158,14 +176,11 @@ class _Packed:
 
 
 def _pack(weight: Any, bias: Any) -> _Packed:
+    """The inference `Product`: ``weight`` packed, ``bias`` copied (neither tracked by autograd)."""
     import torch
 
     return _Packed(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT),
                    None if bias is None else bias.detach().clone())
-
-
-def _pack_module(linear: Any) -> _Packed:
-    return _pack(linear.weight, linear.bias)
 
 
 def _cat_bias(linears: tuple[Any, ...]) -> Any:
@@ -174,8 +189,7 @@ def _cat_bias(linears: tuple[Any, ...]) -> Any:
 
     if all(p.bias is None for p in linears):
         return None
-    return torch.cat([p.bias.detach() if p.bias is not None else p.weight.new_zeros(p.out_features)
-                      for p in linears])
+    return torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features) for p in linears])
 
 
 def _projection_weights(lm: Any) -> list[Any]:

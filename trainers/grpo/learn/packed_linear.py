@@ -8,7 +8,7 @@ with ``F.linear`` and 108 ms this way (one thread, 1,500 rows; `benchmarks/train
 measures the whole step). `verifiers.inference.projections.PackedProjections` does the same for
 the engine without autograd.
 
-`LearnerProjections` packs the weights as they are when it is made, together with their
+`learner_projections` packs the weights as they are when it is made, together with their
 transposes (for the input's gradient), so one must be made after every optimizer step: the
 learner makes one per prompt pass and hands it to the completion pass with the prompt's keys and
 values. The query/key/value and gate/up weights are fused by an autograd ``cat``, so each module's
@@ -17,7 +17,6 @@ gradient arrives in its own ``.grad`` as with ``F.linear``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,55 +73,10 @@ class _Linear:
         self.packed = torch.ops.mkldnn._reorder_linear_weight(w, ROWS_HINT)
         self.packed_t = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), ROWS_HINT)
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def apply(self, x: Tensor) -> Tensor:
         return _PackedLinear.apply(x, self.weight, self.bias, self.packed, self.packed_t)
 
 
-def _fused(linears: tuple[Any, ...]) -> _Linear:
-    weight = torch.cat([p.weight for p in linears])
-    bias = None
-    if any(p.bias is not None for p in linears):
-        bias = torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features) for p in linears])
-    return _Linear(weight, bias)
-
-
-@dataclass(frozen=True, slots=True)
-class _Layer:
-    qkv: _Linear
-    q_end: int
-    k_end: int
-    o: _Linear
-    gate_up: _Linear
-    gate_end: int
-    down: _Linear
-
-
-class LearnerProjections:
-    """A model's projections for one optimizer step's forward passes (see the module docstring)."""
-
-    def __init__(self, lm: Any) -> None:
-        self.layers = []
-        for layer in lm.model.layers:
-            a, m = layer.self_attn, layer.mlp
-            self.layers.append(_Layer(
-                qkv=_fused((a.q_proj, a.k_proj, a.v_proj)), q_end=a.q_proj.out_features,
-                k_end=a.q_proj.out_features + a.k_proj.out_features, o=_Linear(a.o_proj.weight, a.o_proj.bias),
-                gate_up=_fused((m.gate_proj, m.up_proj)), gate_end=m.gate_proj.out_features,
-                down=_Linear(m.down_proj.weight, m.down_proj.bias)))
-        self.lm_head = lm.lm_head  # the learner's log-probabilities apply the head themselves, in chunks
-
-    def qkv(self, layer: int, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        p = self.layers[layer]
-        out = p.qkv(x)
-        return out[..., :p.q_end], out[..., p.q_end:p.k_end], out[..., p.k_end:]
-
-    def o(self, layer: int, x: Tensor) -> Tensor:
-        return self.layers[layer].o(x)
-
-    def mlp(self, layer: int, x: Tensor) -> Tensor:
-        p = self.layers[layer]
-        both = p.gate_up(x)
-        return p.down(torch.nn.functional.silu(both[..., :p.gate_end]) * both[..., p.gate_end:])
-
-    def head(self, x: Tensor) -> Tensor:
-        return torch.nn.functional.linear(x, self.lm_head.weight, self.lm_head.bias)
+def learner_projections(lm: Any) -> PackedProjections:
+    """``lm``'s projections as packed products with autograd, for the forward passes of one optimizer step."""
+    return PackedProjections(lm, product=_Linear)

@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.grpo.learn import packed_linear
-from trainers.grpo.learn.packed_linear import LearnerProjections
 from verifiers.inference.fast_decode import forward_tokens
 from verifiers.inference.fast_decode import why_not as decoder_why_not
 from verifiers.inference.projections import Projections
@@ -94,4 +93,4 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
 
 def _projections(lm: Any) -> Projections | None:
     """oneDNN products of the weights as they are now (`packed_linear`), or None: ``F.linear`` of the modules."""
-    return LearnerProjections(lm) if packed_linear.unavailable(lm) is None else None
+    return packed_linear.learner_projections(lm) if packed_linear.unavailable(lm) is None else None
