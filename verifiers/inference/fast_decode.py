@@ -4,16 +4,18 @@ Why: on a small model a decoding step is dominated by per-call work around the a
 by the arithmetic. transformers' generic forward builds a 4-D mask on every call, writes RMSNorm
 as five ops and rotary embeddings with concatenations per layer, dispatches the cache update
 through its ``Cache`` classes and runs SDPA's flash kernel for a single query row. Here the same
-arithmetic runs from the model's own modules' weights: one fused ``rms_norm`` per norm, the
-rotation with one sign-folded sine, keys and values written straight into the engine's
-`SlotKV`, and grouped-query attention as two batched products. On the trainer benchmark's
-0.8M-parameter model a GRPO batch (64 completions of 16 tokens) takes the engine 12-17% less time;
-at 25M parameters the step is matmuls and the two are level (`benchmarks/fast_decode.py`). The
-prefill (`FastDecoder.prefill`) runs `forward_tokens`, the multi-token forward the learner shares
-(with autograd), writing each layer's keys and values straight into the prompts' slots.
+arithmetic runs with one fused ``rms_norm`` per norm, the rotation looked up by position with one
+sign-folded sine (`RotaryTable`), keys and values written straight into the engine's `SlotKV`,
+grouped-query attention as two batched products, and the projections as oneDNN products of packed
+copies of the weights (`verifiers.inference.projections`). For 64 completions of 16 tokens on one
+thread this takes 0.70x transformers' time at 0.8M parameters and 0.52x at 25M
+(`benchmarks/fast_decode.py`). The prefill (`FastDecoder.prefill`) runs `forward_tokens`, the
+multi-token forward the learner shares (with autograd), writing each layer's keys and values
+straight into the prompts' slots.
 
-Weights are read from the modules on every call, so an update the trainer copies in (or a
-model shared with the learner) is used at once. `why_not` refuses anything whose forward this
+The packed copy is rebuilt whenever the weights may have changed (see `FastDecoder`), so an
+update the trainer makes under the engine's pause (or a model shared with the learner) is used
+by the next step. `why_not` refuses anything whose forward this
 would not reproduce: other architectures, sliding-window layers, LoRA-wrapped or quantized
 projections (their forward is not ``F.linear`` of a weight), hooks, float16/bfloat16 weights and
 non-CPU devices; the engine then keeps transformers' forward. Outputs match it to float32
