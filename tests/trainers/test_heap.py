@@ -61,7 +61,7 @@ def test_the_trainer_applies_it_unless_configured_off() -> None:
 def test_frozen_startup_objects_are_not_walked_by_a_full_collection_and_come_back_after() -> None:
     code = """
 import gc, json, time
-from verifiers.utils.gc_freeze import startup_objects_frozen
+from verifiers.gc_freeze import startup_objects_frozen
 keep = [[i] for i in range(300_000)]  # a large long-lived heap, like a loaded model's
 def full():
     t = time.perf_counter(); gc.collect(); return time.perf_counter() - t

@@ -46,8 +46,8 @@ from trainers.grpo.sync.mirrored import MirroredSync
 from trainers.grpo.sync.weight_sync import WeightSync, make_weight_sync
 from verifiers.envs.loader import load_environment
 from verifiers.errors import ServerError
+from verifiers.gc_freeze import startup_objects_frozen
 from verifiers.types import RolloutResult
-from verifiers.utils.gc_freeze import startup_objects_frozen
 
 
 class GRPOTrainer:

@@ -12,7 +12,7 @@ which a training loop returns to every step anyway. ``MALLOC_MMAP_THRESHOLD_`` /
 ``MALLOC_TRIM_THRESHOLD_`` set by the user win (glibc read them at start-up), and
 ``retain_freed_memory = false`` turns this off.
 
-Start-up objects are kept from the cyclic collector by `verifiers.utils.gc_freeze`, which
+Start-up objects are kept from the cyclic collector by `verifiers.gc_freeze`, which
 `vf-serve` shares.
 """
 
