@@ -43,7 +43,8 @@ The process CPU time of each step (all threads) is reported beside it: where wal
 far above CPU time, the step waited rather than computed.
 
 The learner against the machine's limit: ``peak_tflops`` is one ``2048 x 2048`` float32 matmul
-with the same torch thread count (PyTorch's or oneDNN's, whichever is faster), measured in the same run (best of 10; see `peak_tflops`);
+with the same torch thread count (PyTorch's or oneDNN's, whichever is faster), measured in the
+same run (best of 10; see `peak_tflops`);
 ``learner_tflops`` is the forward+backward FLOPs of a step (`train_flops`: 6 x parameters x
 tokens the model runs, shared prompts once, each row's last token (which predicts nothing and is
 not run) left out, attention products left out) over the learner's
