@@ -185,8 +185,10 @@ def peak_tflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
         out = torch.empty(n, n)
         products = [lambda: torch.mm(a, b, out=out)]
         if torch.backends.mkldnn.is_available():
-            packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), n)
-            products.append(lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""))
+            from verifiers.inference.projections import pack, packed_product
+
+            packed = pack(b.t().contiguous(), n)
+            products.append(lambda: packed_product(a, packed, None))
         best = float("inf")
         for product in products:
             product()

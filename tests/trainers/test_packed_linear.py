@@ -52,3 +52,17 @@ def test_fused_projections_give_each_module_its_own_gradient() -> None:
     assert any(n.endswith("q_proj.bias") for n in grads["packed"])
     for n, g in grads["plain"].items():
         torch.testing.assert_close(grads["packed"][n], g, atol=1e-4, rtol=1e-4, msg=n)
+
+
+def test_peak_memory_counts_packed_weights() -> None:
+    """The CPU memory tracker the learner's bounds are proven with sees oneDNN's opaque packed tensors."""
+    from trainers.testing.memory import PeakMemory
+    from verifiers.inference.projections import pack
+
+    weight = torch.randn(256, 128)
+    with PeakMemory() as mem:
+        packed = pack(weight, 64)
+        held = mem.live_bytes
+        del packed
+    assert held >= weight.numel() * 4 and mem.peak_bytes == held
+    assert mem.live_bytes == 0

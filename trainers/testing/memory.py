@@ -15,7 +15,8 @@ parameter) is not a new allocation and is skipped, so tensors alive before the b
 count, even when the block writes into them. What is not seen: scratch space a kernel
 allocates internally and frees before returning (e.g. inside ``torch.logsumexp``), and
 tensors built from Python data without an op (``torch.tensor([...])``); both make the figure
-a lower bound of the allocator's true peak.
+a lower bound of the allocator's true peak. oneDNN's packed weights (opaque tensors without a
+storage, `verifiers.inference.projections.pack`) count with the bytes oneDNN reports for them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _storage_ptrs(values: Any) -> set[int]:
     """Data pointers of every tensor storage in a (nested) argument structure."""
     ptrs: set[int] = set()
     for leaf in tree_flatten(values)[0]:
-        if isinstance(leaf, torch.Tensor):
+        if isinstance(leaf, torch.Tensor) and not leaf.is_mkldnn:
             ptrs.add(leaf.untyped_storage().data_ptr())
     return ptrs
 
@@ -46,7 +47,7 @@ class PeakMemory(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._live: dict[int, int] = {}
+        self._live: dict[Any, int] = {}  # storage pointer, or ("mkldnn", id) of an opaque tensor
         self.live_bytes = 0
         self.peak_bytes = 0
         self.allocations = 0
@@ -55,21 +56,28 @@ class PeakMemory(TorchDispatchMode):
         """Forget the peak so far; the next peak is measured from what is alive now."""
         self.peak_bytes = self.live_bytes
 
-    def _free(self, ptr: int) -> None:
-        size = self._live.pop(ptr, None)
+    def _free(self, key: Any) -> None:
+        size = self._live.pop(key, None)
         if size is not None:
             self.live_bytes -= size
 
     def _record(self, tensor: torch.Tensor, inputs: set[int]) -> None:
+        if tensor.is_mkldnn:  # opaque: no storage; keyed by the object, freed with it
+            self._add(("mkldnn", id(tensor)), int(torch.ops.mkldnn._nbytes(tensor)), tensor)
+            return
         storage = tensor.untyped_storage()
         ptr, size = storage.data_ptr(), storage.nbytes()
         if size == 0 or ptr in inputs or ptr in self._live:
             return
-        self._live[ptr] = size
+        self._add(ptr, size, storage)
+
+    def _add(self, key: Any, size: int, owner: Any) -> None:
+        """Count ``size`` live bytes under ``key`` until ``owner`` is freed."""
+        self._live[key] = size
         self.live_bytes += size
         self.allocations += 1
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
-        weakref.finalize(storage, self._free, ptr)
+        weakref.finalize(owner, self._free, key)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}

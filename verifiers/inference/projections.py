@@ -19,6 +19,7 @@ key and value projections, its output projection, its MLP and the head through o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -106,19 +107,12 @@ class PackedProjections:
     @staticmethod
     def unavailable(lm: Any) -> str | None:
         """Why the projections cannot be packed (no oneDNN, too large), or None when they can."""
-        import torch
-
-        if not torch.backends.mkldnn.is_available():
-            return "this PyTorch build has no oneDNN (mkldnn)"
+        problem = _onednn_problem()
+        if problem is not None:
+            return problem
         size = sum(w.numel() * w.element_size() for w in _projection_weights(lm))
         if size > PACK_MAX_BYTES:
             return f"projection weights of {size / 2**30:.1f} GiB (packing copies them; the limit is 1 GiB)"
-        try:
-            with torch.no_grad():
-                probe = torch.ops.mkldnn._reorder_linear_weight(torch.ones(16, 16), ROWS_HINT)
-                torch.ops.mkldnn._linear_pointwise(torch.ones(2, 16), probe, None, "none", [], "")
-        except (RuntimeError, AttributeError) as exc:  # an op missing from this build, or refused by it
-            return f"oneDNN's packed linear is not usable here ({type(exc).__name__}: {exc})"
         return None
 
     def fits(self, lm: Any) -> bool:
@@ -170,17 +164,41 @@ class _Packed:
         self.weight, self.bias = weight, bias
 
     def apply(self, x: Any) -> Any:
-        import torch
+        return packed_product(x, self.weight, self.bias)
 
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
+
+def pack(weight: Any, rows_hint: int) -> Any:
+    """``weight [out, in]`` reordered into oneDNN's blocked layout for products of about ``rows_hint`` rows."""
+    import torch
+
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows_hint)
+
+
+def packed_product(x: Any, packed: Any, bias: Any) -> Any:
+    """``x @ weight.T + bias`` by oneDNN, ``packed`` being `pack` of ``weight``."""
+    import torch
+
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
+@functools.cache
+def _onednn_problem() -> str | None:
+    """Why this process's PyTorch cannot run packed products, or None (checked once: it cannot change)."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return "this PyTorch build has no oneDNN (mkldnn)"
+    try:
+        with torch.no_grad():
+            packed_product(torch.ones(2, 16), pack(torch.ones(16, 16), ROWS_HINT), None)
+    except (RuntimeError, AttributeError) as exc:  # an op missing from this build, or refused by it
+        return f"oneDNN's packed linear is not usable here ({type(exc).__name__}: {exc})"
+    return None
 
 
 def _pack(weight: Any, bias: Any) -> _Packed:
     """The inference `Product`: ``weight`` packed, ``bias`` copied (neither tracked by autograd)."""
-    import torch
-
-    return _Packed(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT),
-                   None if bias is None else bias.detach().clone())
+    return _Packed(pack(weight, ROWS_HINT), None if bias is None else bias.detach().clone())
 
 
 def _cat_bias(linears: tuple[Any, ...]) -> Any:

@@ -22,15 +22,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from verifiers.inference.projections import PackedProjections
+from verifiers.inference.projections import PackedProjections, pack, packed_product
 
 ROWS_HINT = 1024
 """Rows oneDNN is told to expect (a learner pass runs about a thousand tokens or more); any count works."""
-
-
-def unavailable(lm: Any) -> str | None:
-    """Why the learner's projections cannot run packed (see `PackedProjections.unavailable`)."""
-    return PackedProjections.unavailable(lm)
 
 
 class _PackedLinear(torch.autograd.Function):
@@ -42,24 +37,19 @@ class _PackedLinear(torch.autograd.Function):
         ctx.save_for_backward(x)
         ctx.packed_t = packed_t
         ctx.has_bias = bias is not None
-        return _product(x, packed, bias)
+        return packed_product(x, packed, bias)
 
     @staticmethod
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
         (x,) = ctx.saved_tensors
         rows_dy = dy.reshape(-1, dy.shape[-1])
-        dx = _product(dy, ctx.packed_t, None) if ctx.needs_input_grad[0] else None
+        dx = packed_product(dy, ctx.packed_t, None) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:  # dy.T @ x, as a product of dy.T by the packed x.T
             rows_x = x.reshape(-1, x.shape[-1])
-            packed_x = torch.ops.mkldnn._reorder_linear_weight(rows_x.t().contiguous(), rows_dy.shape[1])
-            dw = _product(rows_dy.t().contiguous(), packed_x, None)
+            dw = packed_product(rows_dy.t(), pack(rows_x.t().contiguous(), rows_dy.shape[1]), None)
         db = rows_dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return dx, dw, db, None, None
-
-
-def _product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
 
 
 class _Linear:
@@ -69,14 +59,14 @@ class _Linear:
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         self.weight, self.bias = weight, bias
-        w = weight.detach()
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(w, ROWS_HINT)
-        self.packed_t = torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), ROWS_HINT)
+        self.packed = pack(weight, ROWS_HINT)
+        self.packed_t = pack(weight.detach().t().contiguous(), ROWS_HINT)
 
     def apply(self, x: Tensor) -> Tensor:
         return _PackedLinear.apply(x, self.weight, self.bias, self.packed, self.packed_t)
 
 
-def learner_projections(lm: Any) -> PackedProjections:
-    """``lm``'s projections as packed products with autograd, for the forward passes of one optimizer step."""
-    return PackedProjections(lm, product=_Linear)
+def learner_projections(lm: Any) -> PackedProjections | None:
+    """``lm``'s projections as packed products with autograd, for the forward passes of one optimizer
+    step; None where they cannot be packed (`PackedProjections.unavailable`: ``F.linear`` then)."""
+    return PackedProjections(lm, product=_Linear) if PackedProjections.unavailable(lm) is None else None

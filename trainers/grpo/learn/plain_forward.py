@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainers.grpo.learn import packed_linear
+from trainers.grpo.learn.packed_linear import learner_projections
 from verifiers.inference.fast_decode import forward_tokens
 from verifiers.inference.fast_decode import why_not as decoder_why_not
 from verifiers.inference.projections import Projections
@@ -76,7 +76,7 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     ``attention_mask`` is ``[N, P + T]`` (1 = a real token) over the cached columns and the new ones.
     """
     past = past_key_values.layers if past_key_values is not None else []
-    proj = past_key_values.projections if past_key_values is not None else _projections(lm)
+    proj = past_key_values.projections if past_key_values is not None else learner_projections(lm)
     cache = PlainCache(projections=proj)
 
     def write(i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -89,8 +89,3 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     hidden = forward_tokens(lm, input_ids, attention_mask, position_ids, write, proj)
     head = lm.lm_head
     return hidden, PlainOutput(logits=F.linear(hidden[:, -1:], head.weight, head.bias), past_key_values=cache)
-
-
-def _projections(lm: Any) -> Projections | None:
-    """oneDNN products of the weights as they are now (`packed_linear`), or None: ``F.linear`` of the modules."""
-    return packed_linear.learner_projections(lm) if packed_linear.unavailable(lm) is None else None
