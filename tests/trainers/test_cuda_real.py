@@ -86,3 +86,32 @@ def test_learner_peak_memory_by_the_cuda_allocator() -> None:
         excess.append((new - body) / (chunk * vocab * 4))
     # kernel workspaces and the allocator's rounding are not in the CPU figure: a looser bound
     assert max(excess) <= 2.0, excess
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+def test_the_plain_learner_forward_runs_on_cuda_with_transformers_values(autocast: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the learner runs the plain-op forward too (fewer kernels than transformers'
+    generic one); its log-probabilities and gradients are transformers' (float32: to rounding;
+    under bf16 autocast: within bf16's)."""
+    import functools
+
+    from trainers.grpo.learn import plain_forward
+    from trainers.grpo.learn.logprobs import completion_logps
+
+    from .test_logprobs_memory import assert_same, make_batch, step, tiny
+
+    torch.manual_seed(0)
+    model = tiny(arch="llama").to("cuda:0")
+    assert plain_forward.why_not(model, model) is None
+    batch = make_batch(model.config.vocab_size, groups=3, group_size=4, seed=5, completion=(1, 12)).to("cuda:0")
+    calls = []
+    real = plain_forward.forward
+    monkeypatch.setattr(plain_forward, "forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    logps = functools.partial(completion_logps, chunk_tokens=16)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        mine = step(model, batch, logps, 0.8)
+        assert calls, "the plain forward did not run on CUDA"
+        monkeypatch.setattr(plain_forward, "why_not", lambda *_: "forced off by the test")
+        theirs = step(model, batch, logps, 0.8)
+    assert_same(theirs, mine, 3e-2 if autocast else 1e-4)

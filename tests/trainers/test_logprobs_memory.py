@@ -68,7 +68,7 @@ def step(model: Any, batch: TrainBatch, logps: Callable[..., tuple[torch.Tensor,
     logp, entropy = logps(model, batch, temperature, entropy_grad=True)
     assert entropy is not None
     mask = batch.loss_mask
-    w = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1))
+    w = torch.randn(mask.shape, generator=torch.Generator().manual_seed(1)).to(logp.device)
     zero = torch.zeros_like(logp)
     loss = (torch.where(mask, logp, zero) * w).sum() + 0.3 * (torch.where(mask, entropy, zero) * w.flip(0)).sum()
     loss.backward()

@@ -52,10 +52,12 @@ def why_not(model: Any) -> str | None:
     if name not in ARCHITECTURES:
         return f"{name} is not one of {', '.join(ARCHITECTURES)}"
     param = next(model.parameters())
-    if param.device.type != "cpu":
-        return f"weights on {param.device.type} (the fast path is for CPUs)"
-    if param.dtype != torch.float32:
-        return f"{param.dtype} weights (the fast path is float32 only)"
+    if param.device.type not in ("cpu", "cuda"):
+        return f"weights on {param.device.type} (the fast path runs on CPUs and CUDA GPUs)"
+    if param.device.type == "cpu" and param.dtype != torch.float32:
+        return f"{param.dtype} weights on a CPU (the fast path there is float32 only)"
+    if param.dtype not in (torch.float32, torch.bfloat16):
+        return f"{param.dtype} weights (the fast path is float32 or, on a GPU, bfloat16)"
     cfg = model.config
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"hidden_act {cfg.hidden_act!r}"
@@ -152,7 +154,9 @@ class FastDecoder:
             # axis without a copy, which matmul's 4-D path does not find (25M: 655 -> 346 us a layer).
             scores = torch.bmm(rotate(q).reshape(rows * KV, G, D), keys.reshape(rows * KV, width, D).transpose(1, 2))
             scores = scores.view(rows, KV, G, width).mul_(a.scaling).masked_fill_(blocked, lowest)
-            probs = torch.softmax(scores, -1).view(rows * KV, G, width)
+            # float32 softmax whatever the weights' dtype, as SDPA's kernels do (a bf16 softmax loses
+            # about two digits of the probabilities); a no-op conversion for float32 weights.
+            probs = torch.softmax(scores, -1, dtype=torch.float32).to(h.dtype).view(rows * KV, G, width)
             out = torch.bmm(probs, values.reshape(rows * KV, width, D)).view(rows, H * D)
             h = h + proj.o(i, out)
             h = h + proj.mlp(i, rms_norm(h, layer.post_attention_layernorm))

@@ -93,6 +93,9 @@ class SlotKV:
         # What the next forward does: ("decode", 0, rows, write_cols, width) or ("prefill", start, stop, offset, n).
         self.plan: tuple[Any, ...] = ("decode", 0, 0, None, 0)
         self.peak_bytes = 0
+        # Captured decoding steps (`verifiers.inference.cuda_graphs`) read these buffers at fixed
+        # addresses: there the columns grow straight to the bound asked for and an empty batch keeps them.
+        self.keep = False
 
     # -- sizes -----------------------------------------------------------------------------------
     def nbytes(self) -> int:
@@ -117,7 +120,9 @@ class SlotKV:
         if rows <= self.rows_cap and cols <= self.cols_cap:
             return
         max_cols = max(max_cols, cols)
-        if cols > self.cols_cap:
+        if cols > self.cols_cap and self.keep:
+            new_cols = max_cols
+        elif cols > self.cols_cap:
             new_cols = max(cols, min(max_cols, max(2 * self.cols_cap, self.MIN_COLS)))
         else:  # only rows grow: also drop stale columns beyond today's limit
             new_cols = max(cols, keep_cols, min(self.cols_cap, max_cols))

@@ -106,7 +106,10 @@ class PackedProjections:
 
     @staticmethod
     def unavailable(lm: Any) -> str | None:
-        """Why the projections cannot be packed (no oneDNN, too large), or None when they can."""
+        """Why the projections cannot be packed (not on a CPU, no oneDNN, too large), or None when they can."""
+        device = lm.lm_head.weight.device.type
+        if device != "cpu":
+            return f"weights on {device} (oneDNN packing is for CPUs; the GPU multiplies the weights as they are)"
         problem = _onednn_problem()
         if problem is not None:
             return problem

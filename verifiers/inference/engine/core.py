@@ -61,6 +61,9 @@ class InferenceEngine:
     (`verifiers.inference.projections`; about 2x faster products, one more copy of those weights in
     memory, models up to 1 GiB of them). The copy is rebuilt after `paused` ends and after
     `bump_version`, so edit shared weights under `paused` as `update_weights` does.
+    On a CUDA GPU that path also runs float32 and bfloat16 weights, and ``cuda_graphs`` replays its
+    decoding step from CUDA graphs (`verifiers.inference.cuda_graphs`: one launch a step instead of
+    hundreds; weight updates in place reach the graphs); `decode_path` says what runs and why.
 
     ``logprobs_mode="raw"``
     (vLLM's default) reports log-softmax of the model's logits, before temperature and
@@ -80,6 +83,7 @@ class InferenceEngine:
         max_prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
         fast_decode: bool = True,
         packed_weights: bool = True,
+        cuda_graphs: bool = True,
     ) -> None:
         if logprobs_mode not in ("raw", "processed"):
             raise ConfigError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
@@ -114,7 +118,8 @@ class InferenceEngine:
         self._decoder = DecodeBatch(model, device=self.device, seed=seed, budget=self.budget,
                                     max_prefill_tokens=self.max_prefill_tokens, logprobs_mode=logprobs_mode,
                                     eos_ids=self.eos_ids, decode=self._text_decoder(), stats=self.stats,
-                                    fast_decode=fast_decode, packed_weights=packed_weights)
+                                    fast_decode=fast_decode, packed_weights=packed_weights,
+                                    cuda_graphs=cuda_graphs)
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
@@ -195,7 +200,12 @@ class InferenceEngine:
     def decode_path(self) -> str:
         """How decoding steps run: the engine's own step, or transformers' forward and why (for logs)."""
         reason = self._decoder.slow_reason
-        return "the engine's own decoding step" if reason is None else f"transformers' forward ({reason})"
+        if reason is not None:
+            return f"transformers' forward ({reason})"
+        graphs = self._decoder.graph_reason
+        if graphs is None:
+            return "the engine's own decoding step, replayed from CUDA graphs"
+        return f"the engine's own decoding step (no CUDA graphs: {graphs})"
 
     def start(self) -> InferenceEngine:
         if self._thread is None or not self._thread.is_alive():

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.inference.cuda_graphs import GraphedDecode
+from verifiers.inference.cuda_graphs import why_not as graphs_why_not
 from verifiers.inference.engine.outputs import advance, output
 from verifiers.inference.engine.requests import PrefillPlan, Request, Seq, batched_wakeups, step_error
 from verifiers.inference.fast_decode import FastDecoder, why_not
@@ -47,6 +49,7 @@ class DecodeBatch:
         stats: dict[str, int],
         fast_decode: bool = True,
         packed_weights: bool = True,
+        cuda_graphs: bool = True,
     ) -> None:
         import torch
 
@@ -68,6 +71,10 @@ class DecodeBatch:
         # Why decoding runs transformers' forward (None: the engine's own step, `FastDecoder`).
         self.slow_reason = why_not(model) if fast_decode else "fast_decode is off"
         self.fast = FastDecoder(model, packed=packed_weights) if self.slow_reason is None else None
+        # Why decoding steps are not replayed from CUDA graphs (None: they are, `GraphedDecode`).
+        self.graph_reason = graphs_why_not(self.fast, device) if cuda_graphs else "cuda_graphs is off"
+        self.graphed = GraphedDecode(self.fast) if self.graph_reason is None and self.fast is not None else None
+        self.kv.keep = self.graphed is not None
         self._comp_key: tuple[int, ...] = ()
         self._comp: dict[str, Any] = {}
 
@@ -291,6 +298,10 @@ class DecodeBatch:
         attn = self.kv.attn
         attn[:rows].scatter_(1, cols.unsqueeze(1), 1)
         self.kv.plan_decode(rows, cols, width)
+        if self.graphed is not None:
+            logits = self.graphed.step(self.table.t["next"], self.table.t["pos"], cols, rows, self.kv)
+            if logits is not None:
+                return logits
         if self.fast is not None:
             return self.fast(self.table.t["next"][:rows], self.table.t["pos"][:rows], attn[:rows, :width], self.kv)
         out = self.model(input_ids=self.table.t["next"][:rows].unsqueeze(1), attention_mask=attn[:rows, :width],
@@ -402,7 +413,8 @@ class DecodeBatch:
                 self.active[h] = self.active[m]
         self.active = self.active[:keep]
         if not self.active:
-            self.kv.release()
+            if not self.kv.keep:
+                self.kv.release()
             self.table.drop("seen")
             self.note_memory()
 
