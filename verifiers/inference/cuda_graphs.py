@@ -70,6 +70,7 @@ class GraphedDecode:
         self._pos: Any = None
         self._cols: Any = None
         self.stats = {"captures": 0, "replays": 0, "eager": 0}
+        self.failed: str | None = None  # why capturing failed: every later step runs eagerly
 
     def bucket(self, rows: int, capacity: int) -> int | None:
         """The smallest bucket holding ``rows`` within the cache's ``capacity`` rows, or None."""
@@ -85,7 +86,7 @@ class GraphedDecode:
         (``[rows]`` or longer); the cache's mask already marks each row's new column.
         """
         b = self.bucket(rows, kv.rows_cap)
-        if b is None or not kv.keys:
+        if b is None or not kv.keys or self.failed is not None:
             self.stats["eager"] += 1
             return None
         key = self._state_key(kv)
@@ -98,7 +99,13 @@ class GraphedDecode:
         self._cols[:rows].copy_(cols[:rows])
         graph = self._graphs.get(b)
         if graph is None:
-            graph = self._graphs[b] = self._capture(b, kv)
+            try:
+                graph = self._graphs[b] = self._capture(b, kv)
+            except Exception as exc:  # an op this model's step runs that a graph cannot hold
+                self.failed = f"capturing the step failed ({type(exc).__name__}: {exc})"
+                self._graphs.clear()
+                self._key = ()
+                return None
             key = self._state_key(kv)
             if key != self._key:  # the warm-up rebuilt the rotary table: only the new graph reads the new one
                 self._graphs, self._key = {b: graph}, key

@@ -202,7 +202,8 @@ class InferenceEngine:
         reason = self._decoder.slow_reason
         if reason is not None:
             return f"transformers' forward ({reason})"
-        graphs = self._decoder.graph_reason
+        graphed = self._decoder.graphed
+        graphs = self._decoder.graph_reason or (graphed.failed if graphed is not None else None)
         if graphs is None:
             return "the engine's own decoding step, replayed from CUDA graphs"
         return f"the engine's own decoding step (no CUDA graphs: {graphs})"
