@@ -1,22 +1,27 @@
 """The TRL half of ``benchmarks/trainer_step.py``: seconds per GRPO optimizer step with TRL.
 
-Runs INSIDE the TRL virtualenv (``benchmarks/.venv-trl``, built by ``trainer_step.py``),
-never in the project's environment: TRL is not a dependency of this project.
+Runs with whichever interpreter ``trainer_step.py`` found TRL in (``benchmarks/.venv-trl``, the
+benchmark's own interpreter when TRL imports there, or ``--trl-python``), and never imports the
+project (its checkout is taken off ``sys.path``): TRL is not a dependency of this project.
 
 It reads one JSON object on stdin (written by ``trainer_step.py``)::
 
     {"model_dir": ..., "output_dir": ..., "rows": [{"prompt": [messages], "answer": "a"}, ...],
      "prompts_per_step": 8, "num_generations": 8, "max_tokens": 16, "min_tokens": 16,
-     "learning_rate": 1e-5, "warmup_steps": 2, "measured_steps": 5, "threads": 2, "seed": 0}
+     "learning_rate": 1e-5, "warmup_steps": 2, "measured_steps": 5, "threads": 2, "seed": 0,
+     "device": "cpu", "mixed_precision": "no"}
 
 and trains ``warmup_steps + measured_steps`` optimizer steps with TRL's own
-``GRPOTrainer`` the way a TRL user would on a CPU: ``use_vllm=False`` (completions come
-from ``model.generate``), float32, no gradient checkpointing, one optimizer step per
+``GRPOTrainer`` the way a TRL user would: ``use_vllm=False`` (completions come
+from ``model.generate``), float32 weights (``device``: ``"cpu"``, the default, sets
+``use_cpu=True``; ``"cuda"`` trains on the GPU; ``mixed_precision`` ``"bf16"`` sets ``bf16=True``,
+bf16 autocast over the float32 weights), no gradient checkpointing, one optimizer step per
 generation batch (``per_device_train_batch_size`` = prompts x G, no accumulation,
 ``num_iterations=1``), ``beta=0`` (no reference model), loss ``"grpo"``. A callback times
 every step from ``on_step_begin`` to ``on_step_end``: that span contains the generation
 (TRL generates inside ``training_step``), the reward, the advantages, the forward/backward
-pass and the optimizer step.
+pass and the optimizer step. On cuda the clocks are read after ``torch.cuda.synchronize()``
+and ``peak_gpu_memory_gb`` is ``torch.cuda.max_memory_allocated()`` over the run (GB, 1e9 bytes).
 
 Progress goes to stdout as plain lines; the LAST stdout line is one JSON object.
 """
@@ -54,9 +59,15 @@ def letter_fraction(completions: list[Any], answer: list[str], **_: Any) -> list
 def main() -> int:
     cfg = json.loads(sys.stdin.read())
     threads = int(cfg["threads"])
+    on_gpu = cfg.get("device", "cpu") == "cuda"
+    bf16 = cfg.get("mixed_precision", "no") == "bf16"
     import torch
 
     torch.set_num_threads(threads)
+
+    def sync() -> None:
+        if on_gpu:  # kernels are queued, not done, when a call returns: wait before reading a clock
+            torch.cuda.synchronize()
     import transformers
     import trl
     from datasets import Dataset
@@ -76,10 +87,12 @@ def main() -> int:
             self._t = self._cpu = 0.0
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            sync()
             self._t = time.perf_counter()
             self._cpu = time.process_time()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            sync()
             self.step_s.append(time.perf_counter() - self._t)
             self.cpu_s.append(time.process_time() - self._cpu)
             print(f"trl step {len(self.step_s)}: {self.step_s[-1]:.3f} s (CPU {self.cpu_s[-1]:.3f} s)", flush=True)
@@ -112,8 +125,8 @@ def main() -> int:
         weight_decay=0.0,
         max_grad_norm=1.0,
         use_vllm=False,
-        use_cpu=True,
-        bf16=False,
+        use_cpu=not on_gpu,
+        bf16=bf16,
         fp16=False,
         gradient_checkpointing=False,
         model_init_kwargs={"dtype": "float32"},
@@ -125,6 +138,10 @@ def main() -> int:
         dataloader_num_workers=0,
     )
     timer = StepTimer()
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+        print(f"trl: {steps} steps on {torch.cuda.get_device_name(0)} (bf16 autocast: {bf16}), trl {trl.__version__}",
+              flush=True)
     trainer = GRPOTrainer(
         model=cfg["model_dir"],
         reward_funcs=letter_fraction,
@@ -137,10 +154,12 @@ def main() -> int:
     if inner is not None:  # private in TRL; timed when present (generation + rewards + advantages)
 
         def timed(*a: Any, **k: Any) -> Any:
+            sync()
             t = time.perf_counter()
             try:
                 return inner(*a, **k)
             finally:
+                sync()
                 gen_s.append(time.perf_counter() - t)
 
         trainer._generate_and_score_completions = timed
@@ -161,6 +180,10 @@ def main() -> int:
         "step_generation_s": gen_s,
         "step_lengths": timer.lengths,
         "mean_completion_length": statistics.fmean(lengths) if lengths else None,
+        "device": "cuda" if on_gpu else "cpu",
+        "model_device": str(trainer.model.device),
+        "bf16": bf16,
+        "peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if on_gpu else None,
     }))
     return 0
 

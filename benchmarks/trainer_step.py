@@ -7,6 +7,7 @@
     python benchmarks/trainer_step.py --size 25m --warmup 1 --steps 4   # 25M parameters (about 1.5 minutes)
     python benchmarks/trainer_step.py --size 104m --warmup 1 --steps 2  # 104M parameters (about 3 minutes)
     python benchmarks/trainer_step.py --no-trl --iterations 2   # ours only, two optimizer passes per batch
+    python benchmarks/trainer_step.py --device cuda --mixed-precision bf16 --size 250m --warmup 2 --steps 4
 
 Both trainers train the SAME tiny model directory (built once per run with
 ``python -m verifiers.inference.tiny``: llama, hidden 128, intermediate 384, 4 layers,
@@ -54,9 +55,25 @@ busy shared machine wall time also holds the time other processes had the core).
 phases (``ours_phases_s``, medians; every step's in ``ours_step_phases``): generation, batch
 build, logprobs, forward+backward, optimizer, the learner's rest.
 
-TRL is never a project dependency: it runs in ``benchmarks/.venv-trl`` (created on first
-use with ``python -m venv`` + pip, torch pinned by ``constraints.txt``; reused when it
-imports) via ``benchmarks/_trl_grpo_step.py``.
+On a GPU (``--device cuda``) both sides train on the GPU: ours (the trainer's accelerator
+picks CUDA when torch sees it) and TRL with ``use_cpu=False``; ``--mixed-precision bf16``
+autocasts both sides' forward passes to bf16 over float32 master weights (ours:
+``mixed_precision = "bf16"``, TRL: ``bf16=True``). ``--max-tokens`` defaults to 128 there (16
+on a CPU), the issue's GPU workload; ``--size 250m`` and ``--size 1b`` are its two GPU shapes.
+The peak is the GPU's own dense matmul rate measured in the same run (`gpu_peak_tflops`:
+``8192^3`` ``torch.mm``, bf16 for a bf16 run, float32 with TF32 off otherwise), every phase
+timer synchronizes the device before reading its clock, and each side's peak GPU memory
+(``torch.cuda.max_memory_allocated``, reset before the side starts) is reported. With
+``--device cpu`` (the default) CUDA is hidden from this process (``CUDA_VISIBLE_DEVICES=""``),
+so a GPU machine measures the CPU figures too.
+
+TRL is never a project dependency. Its side runs ``benchmarks/_trl_grpo_step.py`` with, in
+order: ``--trl-python PATH``; else this interpreter, when ``import trl`` works here (TRL
+``1.16.0``, or any version on cuda, reported) -- with this process's environment, PYTHONPATH
+kept, so a ``pip install --target DIR`` + ``PYTHONPATH=DIR`` install works on a bare offline GPU
+machine; else, on a CPU only, ``benchmarks/.venv-trl`` (created on first use with
+``python -m venv`` + pip, torch pinned by ``constraints.txt``; reused when it imports). On cuda
+without TRL the run says how to provide it and measures ours alone.
 
 The LAST stdout line is one JSON object with every figure.
 """
@@ -71,6 +88,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +109,12 @@ SIZES = {  # --size presets: the shapes the issue's figures are taken at
     "0.8m": {"hidden_size": 128, "intermediate_size": 384, "layers": 4, "heads": 4, "kv_heads": 2},
     "25m": {"hidden_size": 512, "intermediate_size": 1536, "layers": 8, "heads": 8, "kv_heads": 4},
     "104m": {"hidden_size": 768, "intermediate_size": 3072, "layers": 12, "heads": 12, "kv_heads": 4},
+    # the GPU shapes (issue 39): 252M, and TinyLlama's 1.1B body (0.97B here: a 111-token vocabulary)
+    "250m": {"hidden_size": 1024, "intermediate_size": 4096, "layers": 16, "heads": 16, "kv_heads": 8},
+    "1b": {"hidden_size": 2048, "intermediate_size": 5632, "layers": 22, "heads": 32, "kv_heads": 4},
 }
+MAX_TOKENS = {"cpu": 16, "cuda": 128}  # --max-tokens default per --device
+GPU_PEAK_N = 8192  # the GPU peak's square matmul side
 
 
 # -- the workload -------------------------------------------------------------------------
@@ -116,6 +140,8 @@ def workload(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_steps": args.warmup,
         "measured_steps": args.steps,
         "threads": args.threads,
+        "device": args.device,
+        "mixed_precision": args.mixed_precision,
         "ahead": args.ahead,
         "num_iterations": args.iterations,
         "seed": 0,
@@ -201,6 +227,60 @@ def peak_tflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 / best / 1e12
 
 
+def gpu_peak_tflops(kind: str, n: int = GPU_PEAK_N, repeats: int = 20) -> float:
+    """The GPU's dense matmul rate: ``[n, n] @ [n, n]`` (2 n^3 FLOPs) in bf16 (``kind="bf16"``) or
+    float32 with TF32 off (``"float32"``: what a float32 run computes in, TF32 being off by
+    default), the best of ``repeats`` products after ten warm-ups, each timed by CUDA events.
+
+    Measured in the same run as the step it divides, so MFU is against this GPU at its current
+    clocks, not a datasheet figure (which for bf16 usually counts sparsity or boost clocks).
+    """
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "float32": torch.float32}[kind]
+    try:
+        before: str | None = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")  # float32: no TF32 (no effect on bf16 products)
+    except RuntimeError as exc:  # torch refuses when the newer per-backend TF32 settings were used
+        print(f"note: float32 matmul precision left as it is ({exc})", flush=True)
+        before = None
+    try:
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        out = torch.empty(n, n, device="cuda", dtype=dtype)
+        for _ in range(10):
+            torch.mm(a, b, out=out)
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.mm(a, b, out=out)
+            end.record()
+            end.synchronize()
+            best = min(best, start.elapsed_time(end) / 1e3)  # elapsed_time is in ms
+        del a, b, out
+        torch.cuda.empty_cache()
+    finally:
+        if before is not None:
+            torch.set_float32_matmul_precision(before)
+    return 2 * n**3 / best / 1e12
+
+
+def cuda_sync() -> None:
+    """Wait for the GPU's queued work, so that a host clock read after it counts that work."""
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def gpu_memory_gb() -> float:
+    """Peak memory torch's allocator handed out on the GPU since the last reset, in GB (1e9 bytes)."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 1e9
+
+
 def matmul_params(model_dir: Path, params: int) -> tuple[int, int]:
     """``(body, head)``: the parameters every token multiplies by (all but the token embedding
     and the LM head) and the LM head's (vocab x hidden; the embedding itself is a lookup)."""
@@ -226,33 +306,42 @@ class PhaseTimer:
     ``optimizer_s``: the rest of each pass (gradient clip, optimizer and scheduler step, zero_grad).
     It also counts the tokens the model runs in forward+backward (a group's shared prompt once
     when the learner shares prompts) and the trained positions (the LM head's rows).
+    ``sync`` (on a GPU: `cuda_sync`) runs before every clock read: kernels are queued, not run,
+    when a Python call returns, so without it a phase would be charged for the queue, not the work.
     """
 
-    def __init__(self, learner: Any) -> None:
+    def __init__(self, learner: Any, sync: Callable[[], None] | None = None) -> None:
         self.learner = learner
         self.reset()
         fixed, one_pass, micro = learner.fixed_logps, learner.one_pass, learner._micro_batch
+        wait = sync or (lambda: None)
 
         def timed_fixed(*a: Any, **k: Any) -> Any:
+            wait()
             t = time.perf_counter()
             try:
                 return fixed(*a, **k)
             finally:
+                wait()
                 self.t["logprobs_s"] += time.perf_counter() - t
 
         def timed_pass(*a: Any, **k: Any) -> Any:
+            wait()
             t, inner = time.perf_counter(), self.t["fwd_bwd_s"]
             try:
                 return one_pass(*a, **k)
             finally:
+                wait()
                 self.t["optimizer_s"] += time.perf_counter() - t - (self.t["fwd_bwd_s"] - inner)
 
         def timed_micro(plan: Any, part: Any, *a: Any, **k: Any) -> Any:
             self._count(plan.batch, part)
+            wait()
             t, c, pc = time.perf_counter(), time.thread_time(), time.process_time()
             try:
                 return micro(plan, part, *a, **k)
             finally:
+                wait()
                 self.t["fwd_bwd_s"] += time.perf_counter() - t
                 self.t["fwd_bwd_cpu_s"] += time.thread_time() - c
                 self.t["fwd_bwd_process_cpu_s"] += time.process_time() - pc
@@ -295,13 +384,17 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
 
     cpu_s: list[float] = []
     phases: list[dict[str, float]] = []
+    on_gpu = work["device"] == "cuda"
+    sync = cuda_sync if on_gpu else None
 
     class FixedLengthTrainer(GRPOTrainer):
         """Our trainer, with EOS suppressed for the first ``min_tokens`` tokens of every sample.
 
         It also records the process CPU time of each step (all threads: the engine's, the
         generator's and the learner's), from asking for the batch to the optimizer step, and
-        the learner's phases (`PhaseTimer`).
+        the learner's phases (`PhaseTimer`). On a GPU it waits for the optimizer step's kernels
+        before the step's clock stops, and says when each step has trained (a run that fails
+        shows how far it got).
         """
 
         _cpu0 = 0.0
@@ -312,7 +405,10 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
                 extra = {**self.sampling_args.get("extra_body", {}), "min_tokens": work["min_tokens"]}
                 self.sampling_args = {**self.sampling_args, "extra_body": extra}
                 self.generator.sampling_args = dict(self.sampling_args)
-            self._timer = PhaseTimer(self.learner)
+            self._timer = PhaseTimer(self.learner, sync)
+            if on_gpu:
+                print(f"ours: model on {self.policy.device}, engine decoding with "
+                      f"{self.sync.engine.decode_path if hasattr(self.sync, 'engine') else 'a server'}", flush=True)
 
         def _take_batch(self) -> Any:
             self._cpu0 = time.process_time()
@@ -321,8 +417,12 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
         def _train_on(self, batch: Any) -> dict[str, float]:
             self._timer.reset()
             out = super()._train_on(batch)
+            if sync is not None:
+                sync()
             cpu_s.append(time.process_time() - self._cpu0)
             phases.append(self._timer.snapshot())
+            if on_gpu:
+                print(f"ours step {len(cpu_s)} trained", flush=True)
             return out
 
     cfg = TrainConfig(
@@ -347,6 +447,7 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
         weight_decay=0.0,
         max_grad_norm=1.0,
         torch_threads=work["threads"],
+        mixed_precision=work["mixed_precision"],
         num_batches_ahead=work["ahead"],
         num_sample_completions=0,
         plot=False,
@@ -355,7 +456,20 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the weight-loading bar would interleave with the step lines
-    FixedLengthTrainer(cfg, console=Console(quiet=True)).train()
+    import torch
+
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+        print(f"ours: training {cfg.max_steps} steps on cuda ({work['mixed_precision']} mixed precision)", flush=True)
+    trainer = FixedLengthTrainer(cfg, console=Console(quiet=True))
+    trainer.train()
+    peak_gb = gpu_memory_gb() if on_gpu else None
+    del trainer
+    if on_gpu:  # hand the cached blocks back: TRL's process needs them next
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
     rows = [r for r in read_metrics(out_dir / "metrics.jsonl") if "time/step_s" in r]
     step_s = [float(r["time/step_s"]) for r in rows]
     for i, (s, c) in enumerate(zip(step_s, cpu_s, strict=True), 1):
@@ -366,9 +480,8 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
         p["build_batch_s"] = float(r["time/step_s"]) - p["generation_s"] - p["train_s"]
         p["learner_other_s"] = p["train_s"] - p["logprobs_s"] - p["fwd_bwd_s"] - p["optimizer_s"]
         p["completion_length"] = float(r["completions/mean_length"])
-    import torch
-
-    return {"phases": phases, "step_s": step_s, "step_cpu_s": cpu_s, "torch_version": torch.__version__}
+    return {"phases": phases, "step_s": step_s, "step_cpu_s": cpu_s, "torch_version": torch.__version__,
+            "peak_gpu_memory_gb": peak_gb}
 
 
 def _measured(rounds: list[dict[str, Any]], key: str, warm: int) -> list[Any]:
@@ -392,10 +505,41 @@ def summarize_ours(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
         "cpu_s_per_step": statistics.median(cpu_s) if cpu_s else None,
         "mean_completion_length": statistics.fmean(p["completion_length"] for p in phases) if phases else None,
         "torch_version": rounds[0]["torch_version"],
+        "peak_gpu_memory_gb": _max_of(rounds, "peak_gpu_memory_gb"),
     }
 
 
+def _max_of(rounds: list[dict[str, Any]], key: str) -> float | None:
+    """The largest ``key`` over the rounds that report it (peak memory: the worst round counts)."""
+    values = [r[key] for r in rounds if r.get(key) is not None]
+    return max(values) if values else None
+
+
 # -- TRL ----------------------------------------------------------------------------------
+
+TRL_PROBE = (
+    "import json, trl, datasets, transformers, accelerate, torch; "
+    "print(json.dumps({'trl': trl.__version__, 'torch': torch.__version__, 'cuda': torch.cuda.is_available()}))"
+)
+TRL_HOWTO = (
+    f"provide it with `pip install --target DIR trl=={TRL_VERSION}` (offline: `pip install --no-index --no-deps "
+    "--target DIR WHEELS/*.whl` with trl, datasets and what they need beyond torch/transformers/accelerate) "
+    "and PYTHONPATH=DIR for this command, or --trl-python PATH (an interpreter that imports trl, datasets, "
+    "transformers, accelerate and a CUDA torch); --no-trl measures ours alone"
+)
+
+
+@dataclass(frozen=True)
+class TrlRuntime:
+    """Where TRL's side runs: the interpreter, whether it keeps this process's environment
+    (PYTHONPATH included: a ``pip install --target`` lives there) or gets `_clean_env`'s (a
+    virtualenv must not see the project's packages), the TRL version it imported, and why it
+    was picked (reported in the JSON as ``trl_source``)."""
+
+    python: str
+    keep_env: bool
+    trl_version: str
+    source: str
 
 
 def _clean_env(threads: int) -> dict[str, str]:
@@ -406,8 +550,72 @@ def _clean_env(threads: int) -> dict[str, str]:
     return env
 
 
+def _trl_env(threads: int, keep_env: bool) -> dict[str, str]:
+    """The TRL process's environment: this process's own (``keep_env``) or `_clean_env`'s."""
+    if not keep_env:
+        return _clean_env(threads)
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+
+
+def probe_trl(python: str, keep_env: bool) -> dict[str, Any] | str:
+    """``{"trl", "torch", "cuda"}`` as ``python`` reports them after importing TRL and its
+    dependencies (in a child process: importing TRL here would change nothing but cost memory),
+    or why it could not."""
+    try:
+        done = subprocess.run([python, "-c", TRL_PROBE], env=_trl_env(1, keep_env), cwd=str(HERE),
+                              capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python}: {exc}"
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return f"{python}: {lines[-1] if lines else f'exit status {done.returncode}'}"
+    try:
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return f"{python}: unexpected probe output {done.stdout[-200:]!r}"
+
+
+def resolve_trl(device: str, trl_python: str | None) -> TrlRuntime | str:
+    """Where TRL's side runs (order in the module doc), or a sentence saying why it cannot run.
+
+    On cuda nothing is installed: GPU machines are often offline, and a TRL pulled from an index
+    would bring its own torch.
+    """
+    def no_gpu(info: dict[str, Any], where: str) -> str | None:
+        if device == "cuda" and not info.get("cuda"):
+            return f"{where} imports trl {info.get('trl')}, but its torch {info.get('torch')} sees no GPU"
+        return None
+
+    if trl_python:
+        errors: list[str] = []
+        for keep in (False, True):  # a virtualenv first (clean environment), then with this PYTHONPATH
+            info = probe_trl(trl_python, keep)
+            if isinstance(info, str):
+                errors.append(info)
+                continue
+            bad = no_gpu(info, f"--trl-python {trl_python}")
+            if bad:
+                return bad
+            if info["trl"] != TRL_VERSION:
+                print(f"note: --trl-python {trl_python} has trl {info['trl']}, not {TRL_VERSION}", flush=True)
+            source = f"--trl-python {trl_python}" + (" (this environment)" if keep else "")
+            return TrlRuntime(trl_python, keep, str(info["trl"]), source)
+        return f"--trl-python {trl_python} does not import trl and its dependencies: {errors[-1]}"
+    info = probe_trl(sys.executable, True)
+    if isinstance(info, dict) and (info["trl"] == TRL_VERSION or device == "cuda"):
+        bad = no_gpu(info, f"this interpreter ({sys.executable})")
+        if bad is None:
+            return TrlRuntime(sys.executable, True, str(info["trl"]), "this interpreter")
+        return f"TRL is unavailable on cuda: {bad}; {TRL_HOWTO}"
+    if device == "cuda":
+        return f"TRL is unavailable on cuda: this interpreter ({sys.executable}) cannot import it ({info}); {TRL_HOWTO}"
+    if isinstance(info, dict):
+        print(f"this interpreter has trl {info['trl']}, not {TRL_VERSION}: using {TRL_VENV}", flush=True)
+    return TrlRuntime(str(ensure_trl_venv()), False, TRL_VERSION, str(TRL_VENV.relative_to(ROOT)))
+
+
 def ensure_trl_venv() -> Path:
-    """Create (or reuse) the TRL virtualenv and return its interpreter."""
+    """Create (or reuse) the TRL virtualenv and return its interpreter (CPU runs only)."""
     py = TRL_VENV / "bin" / "python"
     probe = (
         "import trl, torch, transformers, datasets, accelerate; "
@@ -434,22 +642,25 @@ def ensure_trl_venv() -> Path:
     return py
 
 
-def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """TRL's side in its own venv; returns its JSON, or ``{"error": ...}`` saying why it failed."""
-    py = ensure_trl_venv()
+def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dict[str, Any]],
+            runtime: TrlRuntime) -> dict[str, Any]:
+    """TRL's side in its own process; returns its JSON, or ``{"error": ...}`` saying why it failed."""
     payload = {**work, "model_dir": str(model_dir), "output_dir": str(out_dir), "rows": rows}
     payload_path = out_dir.parent / "trl_input.json"
     payload_path.write_text(json.dumps(payload))
     stderr_path = out_dir.parent / "trl_stderr.log"
+    if work["device"] == "cuda":
+        print(f"TRL: {work['warmup_steps'] + work['measured_steps']} steps on cuda with trl {runtime.trl_version} "
+              f"({runtime.source}: {runtime.python})", flush=True)
     with open(payload_path) as stdin, open(stderr_path, "w") as err:
         proc = subprocess.Popen(
-            [str(py), str(TRL_SCRIPT)], stdin=stdin, stdout=subprocess.PIPE, stderr=err,
-            text=True, env=_clean_env(work["threads"]), cwd=str(HERE),
+            [runtime.python, str(TRL_SCRIPT)], stdin=stdin, stdout=subprocess.PIPE, stderr=err,
+            text=True, env=_trl_env(work["threads"], runtime.keep_env), cwd=str(HERE),
         )
         last = ""
         for line in proc.stdout or ():
             line = line.rstrip("\n")
-            if line.startswith("trl step"):
+            if line.startswith(("trl step", "trl:")):
                 print(line, flush=True)
             if line.strip():
                 last = line
@@ -480,14 +691,17 @@ def summarize_trl(rounds: list[dict[str, Any]], warm: int) -> dict[str, Any]:
         "generation_s": statistics.median(gen_s) if gen_s else None,
         "mean_completion_length": statistics.fmean(lengths) if lengths
         else statistics.fmean(r["mean_completion_length"] for r in rounds),
+        "peak_gpu_memory_gb": _max_of(rounds, "peak_gpu_memory_gb"),
     }
 
 
-def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, peak: float) -> dict[str, Any]:
+def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, peak: float,
+                    peak_kind: str = "", on_gpu: bool = False) -> dict[str, Any]:
     """The learner's FLOP rate against the machine's peak, and our step's phases (medians, seconds).
 
     ``learner_tflops`` divides the forward+backward FLOPs by the whole learner phase (reference/old
     logprobs + forward+backward + optimizer); ``fwd_bwd_tflops`` by the forward+backward time only.
+    On a GPU the host thread's CPU time says nothing about the device's work: no ``fwd_bwd_cpu_mfu``.
     """
     tokens, positions = ours.get("tokens_run"), ours.get("trained_positions")
     learner_s = sum(ours.get(k) or 0.0 for k in ("logprobs_s", "fwd_bwd_s", "optimizer_s"))
@@ -495,10 +709,11 @@ def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, pe
     tflops = flops / learner_s / 1e12 if flops and learner_s else None
     fb = ours.get("fwd_bwd_s")
     fb_tflops = flops / fb / 1e12 if flops and fb else None
-    fb_cpu = ours.get("fwd_bwd_cpu_s")
+    fb_cpu = None if on_gpu else ours.get("fwd_bwd_cpu_s")
     fb_cpu_tflops = flops / fb_cpu / 1e12 if flops and fb_cpu else None
     return {
         "peak_tflops": peak,
+        "peak_kind": peak_kind,
         "learner_tflops": tflops,
         "learner_mfu": tflops / peak if tflops else None,
         "fwd_bwd_tflops": fb_tflops,
@@ -523,10 +738,14 @@ def learner_figures(ours: dict[str, Any], body_params: int, head_params: int, pe
     }
 
 
-def learner_line(ours: dict[str, Any], fig: dict[str, Any]) -> str:
+def learner_line(ours: dict[str, Any], fig: dict[str, Any], on_gpu: bool = False) -> str:
     ph = fig["ours_phases_s"]
     parts = ", ".join(f"{k} {_fmt(v)}" for k, v in ph.items())
     mfu = fig["learner_mfu"]
+    if on_gpu:
+        return (f"ours phases (median s): {parts}; learner {_fmt(fig['learner_tflops'])} TFLOP/s of "
+                f"{fig['peak_tflops']:.1f} peak ({fig['peak_kind']}): MFU {_fmt(mfu)} "
+                f"(forward+backward alone {_fmt(fig['fwd_bwd_mfu'])})")
     return (f"ours phases (median s): {parts}; learner {_fmt(fig['learner_tflops'] and fig['learner_tflops'] * 1e3)} "
             f"GFLOP/s of {fig['peak_tflops'] * 1e3:.1f} peak: MFU {_fmt(mfu)} "
             f"(forward+backward alone {_fmt(fig['fwd_bwd_mfu'])}, on its thread's CPU time "
@@ -555,17 +774,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=8, help="measured steps on each side (default 8)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate ours and TRL this many times and pool the steps (default 1; 3 on a shared machine)")
-    ap.add_argument("--size", choices=sorted(SIZES), default="0.8m",
-                    help="model shape preset (0.8m, 25m, 104m); the shape flags below override it")
+    ap.add_argument("--size", choices=list(SIZES), default="0.8m",
+                    help="model shape preset (0.8m, 25m, 104m; 250m and 1b for a GPU); the shape flags below override it")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where both sides train (default cpu; cuda: one GPU, see the module doc)")
+    ap.add_argument("--mixed-precision", choices=["no", "bf16"], default="no",
+                    help="bf16: both sides' forward passes under bf16 autocast over float32 weights (default no)")
+    ap.add_argument("--trl-python", default=None, metavar="PATH",
+                    help="run TRL's side with this interpreter (default: this one when it imports trl, "
+                         "else benchmarks/.venv-trl on a CPU)")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads on both sides (default 1: see the module doc)")
+                    help="torch threads on both sides (default 1: see the module doc; on cuda the host's threads)")
     ap.add_argument("--ahead", type=int, default=0,
                     help="our num_batches_ahead (0 = synchronous like TRL without vLLM; 1 = generate the next batch while training)")
     ap.add_argument("--iterations", type=int, default=1,
                     help="our num_iterations (optimizer passes per batch; > 1 needs --no-trl: TRL's side runs 1)")
     ap.add_argument("--prompts", type=int, default=8, help="unique prompts per step (default 8)")
     ap.add_argument("--G", type=int, default=8, help="samples per prompt (default 8)")
-    ap.add_argument("--max-tokens", type=int, default=16, help="completion tokens (default 16)")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="completion tokens (default 16 on cpu, 128 on cuda: the issue's GPU workload)")
     ap.add_argument("--hidden-size", type=int, default=None)
     ap.add_argument("--intermediate-size", type=int, default=None)
     ap.add_argument("--layers", type=int, default=None)
@@ -575,6 +802,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for key, value in SIZES[args.size].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.max_tokens is None:
+        args.max_tokens = MAX_TOKENS[args.device]
+    if args.max_tokens < 1 or args.threads < 1:
+        ap.error("need --max-tokens >= 1 and --threads >= 1")
     if args.rounds < 1:
         ap.error("need --rounds >= 1")
     if args.warmup < 0 or args.steps < 1:
@@ -586,10 +817,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def prepare_device(device: str, mixed_precision: str) -> str | None:
+    """Make ``device`` the one both sides train on; the GPU's name (None on a CPU). Exits with a
+    clear message when cuda is asked for and torch sees no GPU.
+
+    On a CPU run CUDA is hidden from this process and its children (before torch loads): our
+    trainer's accelerator takes a GPU whenever torch sees one, which would put ours on the GPU
+    and TRL (``use_cpu=True``) on the CPU.
+    """
+    if device == "cpu":
+        if "torch" not in sys.modules:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit(f"--device cuda: torch {torch.__version__} (CUDA build {torch.version.cuda}) sees no GPU "
+                         f"here (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); run on a GPU "
+                         "machine with a CUDA build of torch, or use --device cpu")
+    if mixed_precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise SystemExit(f"--mixed-precision bf16: {torch.cuda.get_device_name(0)} has no bf16; use --mixed-precision no")
+    name = torch.cuda.get_device_name(0)
+    print(f"device: cuda:0 {name} (torch {torch.__version__}, CUDA {torch.version.cuda})", flush=True)
+    return name
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    gpu_name = prepare_device(args.device, args.mixed_precision)
+    on_gpu = args.device == "cuda"
     work = workload(args)
     t0 = time.perf_counter()
+    runtime: TrlRuntime | str | None = None
+    if not args.no_trl:  # before anything slow: a missing TRL should be said at once
+        runtime = resolve_trl(args.device, args.trl_python)
+        if isinstance(runtime, str):
+            print(f"TRL: {runtime}", flush=True)
+        elif on_gpu:
+            print(f"TRL: trl {runtime.trl_version} via {runtime.source} ({runtime.python})", flush=True)
     with tempfile.TemporaryDirectory(prefix="vf-trainer-step-") as tmp:
         root = Path(tmp)
         model_dir = build_model(work["model"], root / "model")
@@ -600,24 +865,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model: {shape}; {work['prompts_per_step']} prompts x G={work['num_generations']}, "
               f"{work['max_tokens']} completion tokens, {work['threads']} torch threads", flush=True)
         body_params, head_params = matmul_params(model_dir, params)
-        peak = peak_tflops(work["threads"])
-        print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {work['threads']} torch threads)",
-              flush=True)
+        if on_gpu:
+            kind = "bf16" if args.mixed_precision == "bf16" else "float32"
+            peak_kind = f"cuda {kind}{' (TF32 off)' if kind == 'float32' else ''} {GPU_PEAK_N}^3 torch.mm"
+            peak = gpu_peak_tflops(kind)
+            print(f"GPU peak: {peak:.1f} TFLOP/s ({peak_kind}, {gpu_name})", flush=True)
+        else:
+            peak_kind = f"cpu float32 2048^3 matmul, {work['threads']} torch threads"
+            peak = peak_tflops(work["threads"])
+            print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {work['threads']} torch threads)",
+                  flush=True)
         # Rounds alternate ours and TRL, so a machine that slows down or speeds up mid-run (other
         # tenants) weighs on both sides alike; each side's figure is the median of all its rounds' steps.
         ours_rounds: list[dict[str, Any]] = []
         trl_rounds: list[dict[str, Any]] = []
-        rows = None if args.no_trl else training_rows(work["env_args"])
+        rows = training_rows(work["env_args"]) if isinstance(runtime, TrlRuntime) else None
         for k in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {k + 1} of {args.rounds}", flush=True)
             ours_rounds.append(run_ours(work, model_dir, root / f"ours{k}"))
-            if rows is not None:
-                trl_rounds.append(run_trl(work, model_dir, root / f"trl{k}", rows))
+            if rows is not None and isinstance(runtime, TrlRuntime):
+                trl_rounds.append(run_trl(work, model_dir, root / f"trl{k}", rows, runtime))
                 if trl_rounds[-1].get("error"):
                     break
         ours = summarize_ours(ours_rounds, work["warmup_steps"])
-        trl: dict[str, Any] = {"error": "skipped (--no-trl)"}
+        trl: dict[str, Any] = {"error": "skipped (--no-trl)" if runtime is None else runtime}
         if rows is not None:
             trl = summarize_trl(trl_rounds, work["warmup_steps"])
     rounds = [_round_figures(o, t, work["warmup_steps"]) for o, t in zip(ours_rounds, trl_rounds or
@@ -627,8 +899,11 @@ def main(argv: list[str] | None = None) -> int:
     ours_cpu, trl_cpu = ours.get("cpu_s_per_step"), trl.get("cpu_s_per_step")
     cpu_ratio = ours_cpu / trl_cpu if ours_cpu and trl_cpu else None
     verdict = "n/a" if ratio is None else ("PASS" if ratio <= TARGET_RATIO else "FAIL")
-    learner = learner_figures(ours, body_params, head_params, peak)
-    print(learner_line(ours, learner), flush=True)
+    learner = learner_figures(ours, body_params, head_params, peak, peak_kind, on_gpu)
+    print(learner_line(ours, learner, on_gpu), flush=True)
+    if on_gpu:
+        print(f"peak GPU memory: ours {_fmt(ours.get('peak_gpu_memory_gb'))} GB, "
+              f"TRL {_fmt(trl.get('peak_gpu_memory_gb'))} GB", flush=True)
     print(
         f"ours {ours_s:.3f} s/step (CPU {ours_cpu:.3f} s; generation {ours['generation_s']:.3f} s, "
         f"train {ours['train_s']:.3f} s), "
@@ -676,6 +951,13 @@ def main(argv: list[str] | None = None) -> int:
         "torch_version": ours.get("torch_version"),
         "trl_torch_version": trl.get("torch_version"),
         "trl_error": trl.get("error") if not args.no_trl else None,
+        "device": args.device,
+        "gpu_name": gpu_name,
+        "mixed_precision": args.mixed_precision,
+        "ours_peak_gpu_memory_gb": ours.get("peak_gpu_memory_gb"),
+        "trl_peak_gpu_memory_gb": trl.get("peak_gpu_memory_gb"),
+        "trl_python": runtime.python if isinstance(runtime, TrlRuntime) else None,
+        "trl_source": runtime.source if isinstance(runtime, TrlRuntime) else None,
         "elapsed_s": time.perf_counter() - t0,
     }
     print(json.dumps(result))

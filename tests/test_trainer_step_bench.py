@@ -1,4 +1,5 @@
-"""`benchmarks/trainer_step.py`: how rounds pool into the reported figures, and the size presets.
+"""`benchmarks/trainer_step.py`: how rounds pool into the reported figures, the size presets, the
+device flags, the GPU phase timing and where TRL's side runs.
 
 The trainers themselves run in the benchmark (minutes); here the pooling is checked on step
 lists whose medians differ depending on whether each round's warm-up steps are dropped, so a
@@ -7,8 +8,13 @@ figure taken from one round only, or with a warm-up step left in, fails.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -64,3 +70,84 @@ def test_size_presets_and_flags_that_override_them(bench: Any) -> None:
     assert (big["hidden_size"], big["num_hidden_layers"], big["num_key_value_heads"]) == (768, 12, 4)
     with pytest.raises(SystemExit):
         bench.parse_args(["--rounds", "0"])
+
+
+def test_device_flags_defaults_and_gpu_presets(bench: Any) -> None:
+    cpu = bench.parse_args([])
+    assert (cpu.device, cpu.mixed_precision, cpu.max_tokens) == ("cpu", "no", 16)  # the CPU workload as before
+    gpu = bench.workload(bench.parse_args(["--device", "cuda", "--mixed-precision", "bf16", "--size", "250m"]))
+    assert (gpu["device"], gpu["mixed_precision"], gpu["max_tokens"], gpu["min_tokens"]) == ("cuda", "bf16", 128, 128)
+    m = gpu["model"]
+    assert (m["hidden_size"], m["intermediate_size"], m["num_hidden_layers"], m["num_attention_heads"],
+            m["num_key_value_heads"]) == (1024, 4096, 16, 16, 8)
+    m = bench.workload(bench.parse_args(["--size", "1b"]))["model"]
+    assert (m["hidden_size"], m["intermediate_size"], m["num_hidden_layers"], m["num_attention_heads"],
+            m["num_key_value_heads"]) == (2048, 5632, 22, 32, 4)
+    assert bench.parse_args(["--device", "cuda", "--max-tokens", "32"]).max_tokens == 32
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--mixed-precision", "fp16"])
+
+
+def test_phase_timer_waits_for_the_device_around_every_phase(bench: Any) -> None:
+    """On a GPU a phase's clock must not stop while its kernels are still queued."""
+    import torch
+
+    log: list[str] = []
+    batch = SimpleNamespace(attention_mask=torch.ones(2, 5, dtype=torch.long), loss_mask=torch.ones(2, 4),
+                            prompt_lens=None, prompt_ids=None)
+    plan = SimpleNamespace(batch=batch)
+
+    class Learner:
+        policy = SimpleNamespace(share_prompts=lambda: False)
+
+        def fixed_logps(self) -> None:
+            log.append("logprobs")
+
+        def one_pass(self) -> None:
+            log.append("pass")
+            self._micro_batch(plan, torch.arange(2))
+
+        def _micro_batch(self, plan: Any, part: Any) -> None:
+            log.append("micro")
+
+    learner = Learner()
+    timer = bench.PhaseTimer(learner, sync=lambda: log.append("sync"))
+    learner.fixed_logps()
+    learner.one_pass()
+    for phase in ("logprobs", "pass", "micro"):
+        i = log.index(phase)
+        assert log[i - 1] == "sync" and log[i + 1] == "sync", log
+    assert log[-1] == "sync"  # the pass (optimizer) clock stops after a wait too
+    assert timer.snapshot()["tokens_run"] == 8  # 2 rows x (5 - 1)
+
+
+def test_trl_resolution_never_installs_on_cuda(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "ensure_trl_venv", lambda: pytest.fail("no virtualenv is built on cuda"))
+    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: f"{python}: No module named 'trl'")
+    missing = bench.resolve_trl("cuda", None)
+    assert isinstance(missing, str) and "--trl-python" in missing and "pip install --target" in missing
+    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: {"trl": "1.20.0", "torch": "2.11.0", "cuda": True})
+    found = bench.resolve_trl("cuda", None)  # any version on cuda, in this interpreter and environment
+    assert (found.python, found.keep_env, found.trl_version) == (sys.executable, True, "1.20.0")
+    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: {"trl": "1.16.0", "torch": "2.13.0", "cuda": False})
+    assert "sees no GPU" in bench.resolve_trl("cuda", None)
+    # on a CPU another TRL version than the pinned one falls back to the pinned virtualenv
+    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: {"trl": "1.20.0", "torch": "2.13.0", "cuda": False})
+    monkeypatch.setattr(bench, "ensure_trl_venv", lambda: Path("/venv/bin/python"))
+    venv = bench.resolve_trl("cpu", None)
+    assert (venv.python, venv.keep_env) == ("/venv/bin/python", False)
+
+
+@pytest.mark.slow
+def test_trl_from_a_target_install_keeps_pythonpath(bench: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``pip install --target DIR`` TRL is only importable through PYTHONPATH: the probe (and the
+    TRL process, same environment) must keep it, a virtualenv's clean environment must not."""
+    installed = importlib.util.find_spec("trl") is not None
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "__init__.py").write_text('__version__ = "0.0.target"\n')
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    info = bench.probe_trl(sys.executable, True)
+    assert isinstance(info, dict) and info["trl"] == "0.0.target", info
+    assert bench._trl_env(2, True)["OMP_NUM_THREADS"] == "2"
+    if not installed:
+        assert "No module named 'trl'" in bench.probe_trl(sys.executable, False)
