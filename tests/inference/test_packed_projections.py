@@ -127,3 +127,26 @@ def test_a_model_over_the_size_limit_decodes_from_its_own_weights(monkeypatch: p
         served = _served(engine, tok)
     monkeypatch.undo()
     _assert_same(served, _greedy(model, tok))
+
+
+def test_the_engine_decodes_under_cpu_autocast_with_the_modules_products() -> None:
+    """An engine driven from a thread under bf16 autocast (a user's own loop) still decodes: the
+    packed float32 primitive refuses bf16 inputs, so autocast takes the modules' products."""
+    from verifiers.inference.engine import InferenceEngine
+    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+
+    torch.manual_seed(0)
+    model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    engine = InferenceEngine(model, tok)
+    run = engine._run
+    engine._run = lambda: _autocast(run)  # the engine's thread runs under autocast
+    with engine:
+        out = engine.generate_sync([5, 6, 7], params)
+    assert len(out.outputs[0].token_ids) == 6
+
+
+def _autocast(fn: Any) -> Any:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return fn()

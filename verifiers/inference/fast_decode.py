@@ -119,7 +119,11 @@ class FastDecoder:
 
     def projections(self) -> Projections:
         """The packed projections, repacked first if the weights changed; the modules' own without packing."""
-        if self.pack_reason is not None:
+        import torch
+
+        # Under CPU autocast the products must be F.linear's (autocast's bf16 casts; oneDNN's packed
+        # float32 primitive refuses bf16 inputs).
+        if self.pack_reason is not None or torch.is_autocast_enabled("cpu"):
             return self._plain
         if self._packed is None or not self._packed.fits(self.model):
             self._packed = PackedProjections(self.model)
@@ -141,7 +145,6 @@ class FastDecoder:
         h = F.embedding(input_ids, inner.embed_tokens.weight)
         rotate = self.rotary.rotation(h, position_ids, width)
         blocked = (attn == 0).view(rows, 1, 1, width)
-        lowest = torch.finfo(h.dtype).min
         proj = self.projections()
         for i, layer in enumerate(inner.layers):
             a = layer.self_attn
@@ -153,10 +156,11 @@ class FastDecoder:
             # Explicit 3-D batched products over (row, kv head): the cache views fold into one batch
             # axis without a copy, which matmul's 4-D path does not find (25M: 655 -> 346 us a layer).
             scores = torch.bmm(rotate(q).reshape(rows * KV, G, D), keys.reshape(rows * KV, width, D).transpose(1, 2))
+            lowest = torch.finfo(scores.dtype).min  # bf16 under autocast
             scores = scores.view(rows, KV, G, width).mul_(a.scaling).masked_fill_(blocked, lowest)
             # float32 softmax whatever the weights' dtype, as SDPA's kernels do (a bf16 softmax loses
             # about two digits of the probabilities); a no-op conversion for float32 weights.
-            probs = torch.softmax(scores, -1, dtype=torch.float32).to(h.dtype).view(rows * KV, G, width)
+            probs = torch.softmax(scores, -1, dtype=torch.float32).to(scores.dtype).view(rows * KV, G, width)
             out = torch.bmm(probs, values.reshape(rows * KV, width, D)).view(rows, H * D)
             h = h + proj.o(i, out)
             h = h + proj.mlp(i, rms_norm(h, layer.post_attention_layernorm))
