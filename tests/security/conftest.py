@@ -1,4 +1,5 @@
-"""Fixtures for the hardening tests: a tiny served model and plain-socket HTTP helpers.
+"""Fixtures for the hardening tests: a tiny served model, plain-socket HTTP helpers, and running a
+command as an unprivileged user (`as_user.py`).
 
 Servers listen on 127.0.0.1 (port 0) in a background thread and stop at teardown; tests
 only ever signal processes they started themselves. Hub fixtures live in the hub test module.
@@ -9,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import socket
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +131,37 @@ def pid_namespace_problem() -> str | None:
         return "needs Linux and util-linux's unshare"
     probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30)
     return None if probe.returncode == 0 else f"cannot create a PID namespace here: {probe.stderr.decode()[:200]}"
+
+
+NOBODY = 65534
+AS_USER = Path(__file__).with_name("as_user.py")
+
+
+def python_needs() -> list[str]:
+    """What a child running this interpreter with this process's packages must reach: the
+    interpreter, its installation and virtualenv, every ``sys.path`` entry and the ``verifiers``
+    package (an editable install's finder maps it to the checkout, which need not be on ``sys.path``)."""
+    import verifiers
+
+    return [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            *(p for p in sys.path if p), str(Path(verifiers.__file__).parent)]
+
+
+@pytest.fixture(scope="session")
+def as_nobody(pid_namespace_problem: str | None) -> Callable[..., list[str]]:
+    """``argv(command, needed)``: the command line that runs ``command`` as uid/gid 65534 (nobody) in
+    a PID namespace of its own, with this interpreter (`python_needs`) and the paths in ``needed``
+    reachable even where a parent directory is private (a checkout under ``mktemp -d``, a home
+    directory, a pyenv under /root): `as_user.py`. Skips unless this is root on Linux and can make
+    namespaces."""
+    if pid_namespace_problem:
+        pytest.skip(pid_namespace_problem)
+    if os.geteuid() != 0:
+        pytest.skip("running a command as another user needs root")
+
+    def argv(command: Sequence[str], needed: Iterable[str] = ()) -> list[str]:
+        paths = sorted({*python_needs(), *needed})
+        return ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-I", str(AS_USER), str(NOBODY),
+                json.dumps(paths), "--", *command]
+
+    return argv

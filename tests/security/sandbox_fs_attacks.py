@@ -173,4 +173,6 @@ if __name__ == "__main__":
     caller.mkdir(exist_ok=True)
     (caller / "notes.txt").write_text("caller data\n")
     os.chdir(caller)
-    print(json.dumps(ATTACKS[attack](workdir)), flush=True)
+    out = ATTACKS[attack](workdir)
+    out["driver"] = {"uid": os.getuid(), "verifiers": sys.modules["verifiers"].__file__}
+    print(json.dumps(out), flush=True)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pytest
 from verifiers.tools.sandbox import run_python_sync
 
 ATTACKS = Path(__file__).with_name("sandbox_fs_attacks.py")
+CANNOT = 77  # as_user.py: a needed file's own mode keeps the other user out
 CGROUP_ENV = "VF_SANDBOX_CGROUP"  # the documented knob: off, auto, or a cgroup v2 directory
 
 
@@ -62,28 +63,17 @@ def _env(cgroup: str | None) -> dict[str, str]:
     return env
 
 
-def _as_user(uid: int) -> list[str]:
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
-
-
-def _python_for(uid: int) -> str | None:
-    """An interpreter `uid` may run (with this one's packages on PYTHONPATH): ours, or the system's
-    of the same version when ours lives somewhere that user cannot enter (e.g. under /root)."""
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for python in (sys.executable, shutil.which(version), f"/usr/bin/{version}"):
-        if python and subprocess.run([*_as_user(uid), python, "-c", "import subprocess, sys; "
-                                      "subprocess.run([sys.executable, '-c', ''], check=True)"],
-                                     capture_output=True, env=_env(None), timeout=60).returncode == 0:
-            return python
-    return None
-
-
 def attack(name: str, workdir: Path, *, isolation: str = "auto", cgroup: str | None = None,
-           as_user: int | None = None, python: str = sys.executable) -> dict[str, Any]:
+           runner: Callable[[list[str]], list[str]] | None = None, driver: Path = ATTACKS,
+           pythonpath: Sequence[str] = ()) -> dict[str, Any]:
+    """Run one attack's driver in a PID namespace of its own (as another user through `runner`)."""
     env = _env(cgroup)
-    cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + (_as_user(as_user) if as_user is not None else [])
-    cmd += [python, str(ATTACKS), name, str(workdir), isolation]
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, env["PYTHONPATH"]])
+    cmd = [sys.executable, str(driver), name, str(workdir), isolation]
+    cmd = runner(cmd) if runner is not None else ["unshare", "--pid", "--fork", "--mount-proc", *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    if runner is not None and proc.returncode == CANNOT and "as_user: cannot be arranged" in proc.stderr:
+        pytest.skip(proc.stderr.strip().splitlines()[-1])  # a checkout made under umask 077
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0 and lines, f"the attack driver died (rc {proc.returncode}): {proc.stderr[-3000:]}"
     return json.loads(lines[-1])
@@ -171,26 +161,62 @@ def test_require_refuses_without_a_cgroup_and_runs_nothing(available: dict[str, 
 
 
 def test_without_a_cgroup_an_unprivileged_run_caps_processes_in_its_user_namespace(
-    workdir: Path, pid_namespace_problem: str | None
+    workdir: Path, pid_namespace_problem: str | None, request: pytest.FixtureRequest
 ) -> None:
     """The fallback: no writable cgroup (a user other than root), RLIMIT_NPROC in the run's own user
-    namespace counts only the run's processes. As root this test runs the driver as nobody."""
+    namespace counts only the run's processes. As root this test runs the driver as nobody, with the
+    checkout, the virtualenv and the interpreter reachable wherever they are (`as_user.py`)."""
     reason = pid_namespace_problem
     if reason:
         pytest.skip(reason)
-    as_user, python = None, sys.executable
+    runner = None
     if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("needs util-linux's setpriv to run as an unprivileged user")
-        as_user = 65534
-        found = _python_for(as_user)
-        if found is None:
-            pytest.skip("no Python interpreter the unprivileged user may run")
-        python = found
-    run = attack("forkbomb_default_limits", workdir, cgroup="off", as_user=as_user, python=python)["run"]
+        as_nobody = request.getfixturevalue("as_nobody")
+        needed = [str(ATTACKS), str(workdir)]
+        runner = lambda cmd: as_nobody(cmd, needed)  # noqa: E731
+    out = attack("forkbomb_default_limits", workdir, cgroup="off", runner=runner)
+    run = out["run"]
     processes = run["stdout"].count("p") + run["stdout"].count("e")
     if processes == 128 and not run.get("isolation", {}).get("namespaces", True):
         pytest.skip(f"no unprivileged user namespaces here: {run['isolation']['reasons']}")
+    assert out["driver"]["uid"] != 0
     assert 1 <= processes <= 64 and "e" in run["stdout"], run["stdout"]  # the default max_processes
     assert not run["isolation"]["cgroup"] and not run["isolated"]
     assert run["isolation"]["namespaces"] and run["isolation"]["readonly_fs"] and run["isolation"]["private_tmp"]
+
+
+def test_the_unprivileged_driver_runs_from_a_checkout_in_a_private_directory(
+    as_nobody: Callable[..., list[str]], workdir: Path
+) -> None:
+    """Issue 42: from a clone under ``mktemp -d`` (mode 0700) the driver run as nobody could not open
+    its own script. A copy of the driver and of ``verifiers`` in a fresh 0700 directory: as nobody
+    with nothing made reachable it dies as it did; made reachable, it runs the sandbox from there.
+    A file only its owner may read is refused up front, named (the test that needs it then skips)."""
+    import verifiers
+
+    private = Path(tempfile.mkdtemp(prefix="vf-private-"))  # mode 0700, under /tmp: what mktemp -d makes
+    try:
+        assert private.stat().st_mode & 0o777 == 0o700
+        repo = private / "repo"
+        shutil.copytree(Path(verifiers.__file__).parent, repo / "verifiers",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        driver = repo / "tests" / "security" / ATTACKS.name
+        driver.parent.mkdir(parents=True)
+        shutil.copy(ATTACKS, driver)
+
+        def run_as_nobody(needed: list[str]) -> dict[str, Any]:
+            return attack("report", workdir, cgroup="off", driver=driver, pythonpath=[str(repo)],
+                          runner=lambda cmd: as_nobody(cmd, needed))
+
+        with pytest.raises(AssertionError, match=r"can't open file .*sandbox_fs_attacks\.py.*Permission denied"):
+            run_as_nobody([])
+        out = run_as_nobody([str(driver), str(repo), str(workdir)])
+        driver.chmod(0o600)  # what no mount can fix (a clone made under umask 077): refused, with the file named
+        refused = subprocess.run(as_nobody([sys.executable, str(driver)], [str(driver)]), capture_output=True,
+                                 text=True, timeout=60)
+        assert refused.returncode == CANNOT and f"may not read {driver} (mode 0600" in refused.stderr, refused
+    finally:
+        shutil.rmtree(private)
+    assert out["driver"] == {"uid": 65534, "verifiers": str(repo / "verifiers" / "__init__.py")}, out["driver"]
+    run = out["run"]
+    assert run["exit_code"] == 0 and json.loads(run["stdout"])["namespaces"] == run["isolation"]["namespaces"], run

@@ -26,7 +26,10 @@ edit your files or write your output directory. ``/dev`` is a fresh minimal one 
 full, random, urandom): the host's device nodes, a raw disk included, stay writable on a
 read-only mount. The caller's current directory and ``SandboxLimits.hidden_paths`` are covered
 by an empty read-only tmpfs (a hidden file by ``/dev/null``); where the Python installation lies
-under a covered path it is bound back, read-only (an editable install's source is not).
+under a covered path it is bound back, read-only (an editable install's source is not). Without
+capabilities root gets only what mode bits allow, so for root a directory on the way to the
+installation or to ``writable_paths`` that uid 0 cannot enter by them (another user's home) is
+covered the same way; an installation still unreadable (itself closed) is a ConfigError naming it.
 ``writable_paths`` are bound back read-write, at the same path.
 
 ``private_tmp``: ``/tmp`` is a private tmpfs of ``disk_mb`` that holds the work directory (cwd
@@ -286,6 +289,15 @@ def _refusal(reasons: dict[str, str]) -> str:
     )
 
 
+def _closed_installation(detail: str) -> str:
+    return (
+        f"the sandboxed code cannot read this Python installation: {detail}. An isolated run has no "
+        "capabilities, so even root gets only what a directory's owner/group/other bits allow (nothing ran). "
+        "Make that directory readable and enterable (chmod o+rx), run from an interpreter or virtualenv "
+        "outside other users' private directories, or set SandboxLimits(isolation='off')."
+    )
+
+
 def _hidden(limits: SandboxLimits) -> list[str]:
     paths = []
     with contextlib.suppress(OSError):
@@ -364,13 +376,17 @@ async def _run(
                 await asyncio.wait_for(protocol.finished.wait(), _SETTLE_S)
             transport.close()
         duration = time.monotonic() - started
-        flags: set[str] = set()
+        lines: list[str] = []
         with contextlib.suppress(OSError), open(status, encoding="utf-8", errors="replace") as f:
-            flags = set(f.read(4096).split())
+            lines = f.read(4096).splitlines()
+        flags = {line.split(" ", 1)[0] for line in lines}
         report: dict[str, dict[str, object]] = {}
         with contextlib.suppress(OSError, ValueError):
             report = json.loads(isolation_file.read_text())
     returncode = transport.get_returncode()
+    closed = next((line.split(" ", 1)[1] for line in lines if line.startswith("interpreter_closed ")), None)
+    if closed is not None:
+        raise ConfigError(_closed_installation(closed))
     got = report.get("isolation") or {}
     isolation = SandboxIsolation(
         **{k: bool(got.get(k)) for k in _PROTECTIONS},

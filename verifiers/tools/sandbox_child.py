@@ -46,6 +46,58 @@ def _vf_status(word):
         pass
 
 
+def _vf_closed_parents(paths):
+    # The topmost directory on the way to each path that root may not enter by its mode bits alone
+    # (another user's home, 0750 on Ubuntu; a 0700 directory): the run drops every capability, so
+    # uid 0 gets no more than those bits allow. Only root: a user's own user namespace changes nothing.
+    # `paths` is the dict of what stays visible (path -> (fd, writable)).
+    import os
+
+    if os.geteuid() != 0:
+        return []
+    groups = set(os.getgroups()) | {os.getegid()}
+    out = []
+    for path in paths:
+        parts = [p for p in path.split("/") if p][:-1]
+        for i in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:i])
+            try:
+                st = os.stat(parent)
+            except OSError:
+                break
+            shift = 6 if st.st_uid == 0 else 3 if st.st_gid in groups else 0
+            if not (st.st_mode >> shift) & 1:
+                # One that must stay visible itself is left as it is (uncovered, it stays closed): a cover
+                # would hide it, and binding it back recursively would bring the cover along.
+                if parent not in out and parent not in paths:
+                    out.append(parent)
+                break
+    return out
+
+
+def _vf_closed_to_us(path):
+    # Why `path` is out of this process's reach (checked after the capabilities are gone, so uid 0
+    # gets what the mode bits give it): the directory it cannot enter or the path it cannot read,
+    # with its mode and owner. None when it is reachable, or absent.
+    import os
+
+    parts = [p for p in os.path.abspath(path).split("/") if p]
+    for i in range(1, len(parts) + 1):
+        step = "/" + "/".join(parts[:i])
+        try:
+            st = os.stat(step)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{step}: {exc.strerror}"
+        last = i == len(parts)
+        need = os.X_OK if not last else os.R_OK | (os.X_OK if os.path.isdir(step) else 0)
+        if not os.access(step, need):
+            return (f"{step} (mode {st.st_mode & 0o7777:04o}, owner uid {st.st_uid}, group {st.st_gid}) does not "
+                    f"let uid {os.geteuid()} {'enter' if not last else 'read'} it without capabilities")
+    return None
+
+
 def _vf_report(config, got, why):
     # Written once, by the process that is about to run the code (or refuse to), through an fd
     # opened before the mounts: the file's own path may be hidden by the private /tmp by then.
@@ -157,7 +209,12 @@ def _vf_filesystem(libc, config, got, why, keep):
         set_readonly("/dev", True, False)
     for fd in devices.values():
         os.close(fd)
-    hidden = [p for p in config["hidden"] if os.path.lexists(p)]
+    # Closed parents of what stays visible (see _vf_closed_parents) are covered like hidden paths,
+    # with what stays visible bound back: nothing else of them becomes readable. A hidden path
+    # under one is covered with it.
+    closed = config.get("closed_parents", [])
+    hidden = closed + [p for p in config["hidden"] if os.path.lexists(p)
+                       and not any(p == c or p.startswith(c + "/") for c in closed)]
     try:
         for path in hidden:
             if os.path.isdir(path):
@@ -280,6 +337,7 @@ def _vf_enter_namespaces(config, got, why, init_hook=None):
                 keep[path] = (os.open(path, os.O_PATH), writable)
             except OSError:
                 pass
+        config["closed_parents"] = _vf_closed_parents(keep)
         workdir = _vf_filesystem(libc, config, got, why, keep)
         for src, dst, fstype, mflags, data in (
             (b"proc", b"/proc", b"proc", rdonly | nosuid | nodev | noexec, None),
@@ -467,6 +525,11 @@ def _vf_main():
     config["isolation_fd"] = os.open(config["isolation_file"], os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     with open(config["main"], encoding="utf-8") as f:
         config["source"] = source = f.read()
+    # The interpreter's own directories on sys.path (stdlib, lib-dynload, site-packages), checked
+    # once the run has dropped its capabilities: without them root may be shut out of them.
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    installation = [p for p in sys.path if p and os.path.isdir(p)
+                    and any((os.path.realpath(p) + "/").startswith(x.rstrip("/") + "/") for x in prefixes)]
     got = {"namespaces": False, "readonly_fs": False, "private_tmp": False, "cgroup": False}
     why = {}
     got["cgroup"] = _vf_join_cgroup(config, why)
@@ -486,6 +549,11 @@ def _vf_main():
     _vf_limit(config)
     if isolated:
         _vf_drop_privileges()
+        for path in installation:
+            closed = _vf_closed_to_us(path)
+            if closed:  # nothing of the code runs: the caller raises, naming it
+                _vf_status(f"interpreter_closed {path}: {closed}")
+                sys.exit(126)
     if not config["network"]:
         _vf_block_network()
     path = config["main"]

@@ -136,7 +136,17 @@ def _vf_exec_main():
     try:
         os.execvpe(argv[0], argv, os.environ)
     except OSError as exc:
-        sys.stderr.write(f"vf-sandbox: cannot execute {argv[0]!r}: {exc.strerror}\n")
+        why = ""
+        if exc.errno == 13:  # EACCES: name what keeps the program out (no capabilities here, even for root)
+            found = argv[0]
+            if "/" not in found:
+                dirs = os.environ.get("PATH", os.defpath).split(os.pathsep)
+                found = next((os.path.join(d, found) for d in dirs if os.path.exists(os.path.join(d, found))), found)
+            closed = _vf_closed_to_us(found) or _vf_closed_to_us(os.path.realpath(found))
+            if closed:
+                why = (f" ({closed}; make it readable and enterable, chmod o+rx, or keep the program and its "
+                       "interpreter outside other users' private directories)")
+        sys.stderr.write(f"vf-sandbox: cannot execute {argv[0]!r}: {exc.strerror}{why}\n")
         os._exit(127)
 
 
