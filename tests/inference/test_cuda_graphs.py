@@ -126,3 +126,17 @@ def test_update_weights_reaches_the_captured_graph() -> None:
     with InferenceEngine(other, tok, cuda_graphs=False) as eager:
         want = _run(eager, _greedy())
     _assert_same(got, want, 1e-5)
+
+
+def test_bf16_autocast_sampling_replays_from_graphs_like_the_eager_step() -> None:
+    """A trainer with ``mixed_precision = "bf16"`` has its engine sample under bf16 autocast; the
+    captured step (autocast without a cast cache) gives the eager step's tokens."""
+    from verifiers.inference.engine import InferenceEngine
+
+    model, tok = _model()
+    with InferenceEngine(model, tok, autocast="bfloat16", cuda_graphs=False) as eager:
+        want = _run(eager, _greedy())
+    with InferenceEngine(model, tok, autocast="bfloat16") as graphed:
+        got = _run(graphed, _greedy())
+        assert graphed._decoder.graphed.stats["replays"] > 0
+    _assert_same(got, want, 1e-2)

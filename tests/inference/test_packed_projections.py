@@ -150,3 +150,21 @@ def test_the_engine_decodes_under_cpu_autocast_with_the_modules_products() -> No
 def _autocast(fn: Any) -> Any:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         return fn()
+
+
+def test_the_engine_samples_under_bf16_autocast_when_asked() -> None:
+    """``autocast="bfloat16"`` (a bf16-autocast trainer on a GPU): the engine's forwards run under
+    autocast, so its logprobs are bf16 ones (close to, not equal to, float32's); anything else is
+    refused by name."""
+    from verifiers.errors import ConfigError
+    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+
+    torch.manual_seed(0)
+    model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=True)
+    with InferenceEngine(model, tok) as f32, InferenceEngine(model, tok, autocast="bfloat16") as bf16:
+        a, b = f32.generate_sync([5, 6, 7], params), bf16.generate_sync([5, 6, 7], params)
+    first_a, first_b = a.outputs[0].logprobs[0], b.outputs[0].logprobs[0]
+    assert first_a != first_b and abs(first_a - first_b) < 0.1
+    with pytest.raises(ConfigError, match="autocast must be None or 'bfloat16'"):
+        InferenceEngine(model, tok, autocast="float16")

@@ -102,3 +102,21 @@ def test_the_optimizer_is_fused_adamw_with_the_configured_update(
         reference.step()
     for p, s in zip(params, shadow, strict=True):
         torch.testing.assert_close(p.detach(), s.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_the_embedded_engine_samples_in_bf16_on_a_gpu_only() -> None:
+    """bf16 autocast training: on a GPU the engine samples under the same autocast; on a CPU it keeps
+    its faster float32 packed products (docs/training.md, Precision)."""
+    from types import SimpleNamespace
+
+    from trainers.grpo.sync.weight_sync import engine_autocast
+    from trainers.testing.fake_cuda import CUDA, fake_cuda
+    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+
+    model, _ = build_tiny_model(TinyModelSpec(hidden_size=32))
+    bf16, f32 = SimpleNamespace(mixed_precision="bf16"), SimpleNamespace(mixed_precision="no")
+    assert engine_autocast(bf16, model) is None
+    with fake_cuda():
+        model.to(CUDA)
+        assert engine_autocast(bf16, model) == "bfloat16"
+        assert engine_autocast(f32, model) is None

@@ -47,12 +47,12 @@ class WeightSync(Protocol):
 
 class SharedEngineSync:
     def __init__(self, model: Any, tokenizer: Any, *, model_name: str, max_batch_size: int, seed: int,
-                 max_kv_tokens: int | None = None) -> None:
+                 max_kv_tokens: int | None = None, autocast: str | None = None) -> None:
         from verifiers.inference.engine import InferenceEngine
 
         self.model_name = model_name
         self.engine = InferenceEngine(model, tokenizer, max_batch_size=max_batch_size, seed=seed,
-                                      max_kv_tokens=max_kv_tokens).start()
+                                      max_kv_tokens=max_kv_tokens, autocast=autocast).start()
 
     def make_client(self) -> Any:
         # Environments get the engine without HTTP or the SDK pipeline in between (same API).
@@ -166,6 +166,18 @@ def check_served_model(urls: list[str], model_name: str) -> None:
             raise ConfigError(f"base_url {url}: {exc}") from None
 
 
+def engine_autocast(cfg: Any, model: Any) -> str | None:
+    """The embedded engine's autocast: bf16 on a GPU when the learner trains under bf16 autocast.
+
+    Sampling in the learner's precision shrinks the sampler-vs-learner gap (the Quickstart on CPU:
+    mean 4e-3 -> 8e-4) and on a GPU makes decoding's products bf16 tensor-core ones. On a CPU the
+    engine keeps float32: its oneDNN-packed float32 products are faster there than bf16 ones, and the
+    smaller gap did not make learning more reliable (docs/training.md, Precision).
+    """
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    return "bfloat16" if cfg.mixed_precision == "bf16" and on_gpu else None
+
+
 def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list[str] | None = None,
                      log: Callable[[str], None] = print, dist: Any = None) -> WeightSync:
     """The sync for this run: embedded engine, a vf-serve, or vLLM server(s) (``urls``: managed ones).
@@ -178,7 +190,8 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
     if not urls:
         return SharedEngineSync(model, tokenizer, model_name=cfg.server_model_name,
                                 max_batch_size=cfg.engine_max_batch_size, seed=cfg.seed,
-                                max_kv_tokens=cfg.engine_max_kv_tokens)
+                                max_kv_tokens=cfg.engine_max_kv_tokens,
+                                autocast=engine_autocast(cfg, model))
     for u in urls:
         if not u.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must be an http(s) URL, got {u!r}")

@@ -64,6 +64,8 @@ class InferenceEngine:
     On a CUDA GPU that path also runs float32 and bfloat16 weights, and ``cuda_graphs`` replays its
     decoding step from CUDA graphs (`verifiers.inference.cuda_graphs`: one launch a step instead of
     hundreds; weight updates in place reach the graphs); `decode_path` says what runs and why.
+    ``autocast="bfloat16"`` runs every forward under bf16 autocast (float32 weights, bf16 products),
+    as a trainer with ``mixed_precision = "bf16"`` learns.
 
     ``logprobs_mode="raw"``
     (vLLM's default) reports log-softmax of the model's logits, before temperature and
@@ -84,9 +86,13 @@ class InferenceEngine:
         fast_decode: bool = True,
         packed_weights: bool = True,
         cuda_graphs: bool = True,
+        autocast: str | None = None,
     ) -> None:
         if logprobs_mode not in ("raw", "processed"):
             raise ConfigError(f"logprobs_mode must be 'raw' or 'processed', got {logprobs_mode!r}")
+        if autocast not in (None, "bfloat16"):
+            raise ConfigError(f"autocast must be None or 'bfloat16', got {autocast!r}")
+        self.autocast = autocast
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -431,7 +437,12 @@ class InferenceEngine:
     def _run(self) -> None:
         import torch
 
-        with torch.inference_mode():
+        # Autocast is per thread: a trainer learning under bf16 autocast has its engine sample under it
+        # too, so the sampled tokens' log-probabilities are those of the precision the learner trains in.
+        # No cast cache: inside a captured CUDA graph it would hold casts of one replay's weights.
+        cast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast is not None,
+                              cache_enabled=False)
+        with torch.inference_mode(), cast:
             while True:
                 with self._cv:
                     while True:
