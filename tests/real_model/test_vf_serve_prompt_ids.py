@@ -49,3 +49,10 @@ def test_prompt_ids_equal_transformers_apply_chat_template(vf_serve: Any, real_t
     start, end = real_tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
     turns = len(messages) + (not has_own)
     assert prompt_ids.count(start) == turns + 1 and prompt_ids.count(end) == turns
+
+
+def test_vf_serve_decodes_with_the_engines_own_step(vf_serve: Any) -> None:
+    # vf-serve names the slow path on a CPU ("decoding with transformers' forward (why)"); here it has none.
+    log = vf_serve.log.read_text()
+    assert f"serving {vf_serve.model} on" in log
+    assert "decoding with" not in log, log
