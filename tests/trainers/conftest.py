@@ -41,7 +41,7 @@ import verifiers as vf
 def load_environment(num_examples: int = 16, score_delay_s: float = 0.0, broken: str = "", **kwargs):
     """``score_delay_s`` makes scoring slow, to keep a generation batch in flight; ``broken``
     adds a reward function that raises ("raises") or names an argument that does not exist
-    ("misspelled"), as careless environments do."""
+    ("misspelled"), as careless environments do, or makes the reward constant ("constant")."""
 
     async def mean_code_point(completion, answer):
         if score_delay_s:
@@ -55,7 +55,12 @@ def load_environment(num_examples: int = 16, score_delay_s: float = 0.0, broken:
     def exact_typo(completion, answr):
         return 1.0
 
-    funcs = [mean_code_point] + {"": [], "raises": [exact], "misspelled": [exact_typo]}[broken]
+    def constant(completion):
+        return 0.5
+
+    funcs = [mean_code_point] + {"": [], "raises": [exact], "misspelled": [exact_typo]}.get(broken, [])
+    if broken == "constant":  # every group's rewards equal: no learning signal at all
+        funcs = [constant]
     rows = [{"question": f"Say {c}", "answer": c} for c in "abcdefghijklmnopqrstuvwxyz"[:num_examples]]
     return vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=funcs), **kwargs)
 '''

@@ -89,3 +89,35 @@ def test_the_curves_have_no_empty_panel() -> None:
     assert [k for k, _ in curve_panels(rows)] == ["reward", "grad_norm", "completions/mean_length"]
     rows[1]["kl"] = 0.01
     assert [k for k, _ in curve_panels(rows)] == ["reward", "kl", "completions/mean_length"]
+
+
+def test_a_collapse_is_warned_about_once_with_what_to_change() -> None:
+    printed: list[str] = []
+    watch = RunWatch(printed.append, plain=False, max_steps=100, start_step=0, every_steps=10, every_s=30,
+                     degenerate_steps=10**9, masks_truncated=False, filters_groups=False, collapse_steps=4)
+    rows = []
+    spreads = [1.0, 1.0, 1.0, 0.5] + [1.0] * 6  # a group with a signal resets the count
+    for step, frac in enumerate(spreads, 1):
+        rows.append({"reward": 0.9, "grad_norm": 0.1, "frac_reward_zero_std": frac, "entropy": 0.02})
+        watch.step(step, rows[-1])
+    assert [r["watch/zero_spread_steps"] for r in rows] == [1, 2, 3, 0, 1, 2, 3, 4, 5, 6]
+    assert [i + 1 for i, r in enumerate(rows) if "watch/collapse_warning" in r] == [8]
+    assert len(printed) == 1
+    assert "equal for 4 steps in a row (to step 8) (token entropy 0.02)" in printed[0]
+    for fix in ("learning_rate", "temperature", "num_generations"):
+        assert fix in printed[0]
+
+
+def test_a_run_without_any_signal_warns_in_the_log_and_the_metrics(
+    tmp_path: Path, train_config: Callable[..., Any]
+) -> None:
+    cfg = train_config(tmp_path / "run", env_args={"broken": "constant"}, collapse_warn_steps=2,
+                       degenerate_warn_steps=0)
+    trainer, log = trainer_with_log(cfg)
+    trainer.train()
+    from trainers.grpo.run.reporting import read_metrics
+
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward" in r]
+    assert [r["watch/zero_spread_steps"] for r in rows] == [1.0, 2.0, 3.0]
+    assert [r.get("watch/collapse_warning") for r in rows] == [None, 1.0, None]
+    assert log.getvalue().count("every group's rewards have been equal for 2 steps") == 1

@@ -175,6 +175,9 @@ class TrainConfig(BaseModel):
                                      "step's rollouts (None: never stop; failures are logged either way)")
     degenerate_warn_steps: int = Field(
         10, ge=0, description="warn after this many steps in a row that cannot change the policy (0: never)")
+    collapse_warn_steps: int = Field(
+        20, ge=0, description="warn once when every group's rewards have been equal this many steps in a row "
+                              "(a collapsed policy: lower learning_rate, raise temperature or num_generations; 0: never)")
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

@@ -53,6 +53,7 @@ class RunDisplay:
             start_step=step, every_steps=cfg.log_lines_every, every_s=cfg.log_lines_every_s,
             degenerate_steps=cfg.degenerate_warn_steps or 10**9,
             masks_truncated=self.preset.mask_truncated_completions, filters_groups=self.preset.filter_zero_std_groups,
+            collapse_steps=cfg.collapse_warn_steps,
         )
         self.watch.banner(facts)
         from verifiers.inference.devices import unused_gpu_note

@@ -10,6 +10,10 @@ it learns nothing, and each is caught here:
 * a degenerate learning signal (zero gradient, every group filtered for equal rewards, every
   completion masked as truncated) for ``degenerate_warn_steps`` steps in a row: a warning that
   names the cause and the usual fix;
+* a policy that stopped exploring: when every group's rewards have been equal for
+  ``collapse_warn_steps`` steps in a row (``frac_reward_zero_std`` 1.0; the usual sign of a
+  collapsed policy, entropy near zero) one warning says what to change; the streak is logged as
+  ``watch/zero_spread_steps`` every step and the warning as ``watch/collapse_warning``;
 * output that is not a terminal (``vf-train > log``, a batch job): rich's progress bar draws
   nothing there, so a plain line is printed every ``log_lines_every`` steps or
   ``log_lines_every_s`` seconds instead, after a start-up banner.
@@ -61,7 +65,7 @@ class RunWatch:
 
     def __init__(self, print_fn: Callable[[str], None], *, plain: bool, max_steps: int, start_step: int,
                  every_steps: int, every_s: float, degenerate_steps: int, masks_truncated: bool,
-                 filters_groups: bool) -> None:
+                 filters_groups: bool, collapse_steps: int = 20) -> None:
         self.print = print_fn
         self.plain = plain
         self.max_steps = max_steps
@@ -76,6 +80,9 @@ class RunWatch:
         self.seen_errors: set[tuple[str, str]] = set()
         self.streak: dict[str, int] = {}
         self.warned: set[str] = set()
+        self.collapse_steps = collapse_steps
+        self.zero_spread = 0
+        self.collapse_warned = False
 
     def banner(self, facts: dict[str, Any]) -> None:
         self.print("vf-train: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
@@ -91,7 +98,9 @@ class RunWatch:
                        f"rollouts:[/red] {escape(escape_controls(message))}")
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
+        """Warnings and plain lines for a finished step; adds the ``watch/*`` keys to ``metrics``."""
         self._degenerate(step, metrics)
+        self._collapse(step, metrics)
         now = time.monotonic()
         if self.plain and (step % self.every_steps == 0 or now - self.last_line >= self.every_s
                            or step == self.max_steps or step == self.start_step + 1):
@@ -125,6 +134,22 @@ class RunWatch:
             self.warned.add(cause)
             self.print(f"[yellow]warning: the last {self.streak[cause]} steps (to step {step}) could not "
                        f"change the policy: {cause}[/yellow]")
+
+
+    def _collapse(self, step: int, metrics: dict[str, float]) -> None:
+        flat = metrics.get("frac_reward_zero_std", 0.0) >= 1.0
+        self.zero_spread = self.zero_spread + 1 if flat else 0
+        metrics["watch/zero_spread_steps"] = float(self.zero_spread)
+        if self.collapse_steps and self.zero_spread >= self.collapse_steps and not self.collapse_warned:
+            self.collapse_warned = True
+            metrics["watch/collapse_warning"] = 1.0
+            entropy = metrics.get("entropy")
+            seen = f" (token entropy {entropy:.3g})" if entropy is not None else ""
+            self.print(f"[yellow]warning: every group's rewards have been equal for {self.zero_spread} steps in a "
+                       f"row (to step {step}){seen}: no group carries a learning signal. If the policy collapsed "
+                       "(entropy near zero, the same completion every time), lower learning_rate, raise "
+                       "temperature or raise num_generations and start again; if the task is solved or far too "
+                       "hard for the model, this is expected.[/yellow]")
 
 
 def _duration(seconds: float) -> str:
