@@ -23,18 +23,17 @@ from rich.markup import escape
 from trainers.grpo.algo.algorithms import AlgorithmPreset, get_algorithm
 from trainers.grpo.config import TrainConfig, validate_processes, validate_run
 from trainers.grpo.data.assemble import BatchAssembler
-from trainers.grpo.data.batch import TrainBatch, TrainRow
-from trainers.grpo.data.feed import NothingToTrain, StepFeed, step_metrics, store_kwargs
-from trainers.grpo.data.generator import BatchGenerator
-from trainers.grpo.data.prompts import load_expert, training_rows
+from trainers.grpo.data.batch import TrainBatch
+from trainers.grpo.data.feed import NothingToTrain, StepFeed, step_metrics
+from trainers.grpo.data.prompts import expert_sets, training_rows
 from trainers.grpo.data.scoring import RewardFunctionError
-from trainers.grpo.data.store import ExperienceStore
 from trainers.grpo.dist.heap import retain_freed_memory
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.dist.threads import choose_torch_threads
 from trainers.grpo.learn.policy import Policy, build_policy, resolve_model_path
 from trainers.grpo.learn.step import Learner
-from trainers.grpo.learn.warmup import policy_warmup, warmup_done_line
+from trainers.grpo.learn.warmup import warmup_done_line, warmup_phases
+from trainers.grpo.ray.placement import build_rollouts
 from trainers.grpo.run.checkpoint import Checkpointer
 from trainers.grpo.run.display import RunDisplay
 from trainers.grpo.run.outdir import prepare_output_dir
@@ -117,37 +116,17 @@ class GRPOTrainer:
         rows = training_rows(self.env, self.tokenizer, cfg, self.console.print)
         self.sampling_args = cfg.sampling_args()
         self.reward_history = []
-        self.generator, self.store = self._rollouts(rows)
-        self.expert: list[TrainRow] = load_expert(cfg.expert_data, self.tokenizer, cfg.max_seq_len) \
-            if self.preset.mix is not None else []
-        self.warmup_rows: list[TrainRow] = load_expert(
-            cfg.expert_data, self.tokenizer, cfg.max_seq_len, cfg.sft_warmup_tokens) if cfg.sft_warmup_steps else []
-        self.warmup_all_rows: list[TrainRow] = load_expert(
-            cfg.expert_data, self.tokenizer, cfg.max_seq_len, "all") if cfg.sft_warmup_all_steps else []
+        # The generator and the store: in this process, or Ray workers and a store actor (``[ray]``).
+        self.generator, self.store, self.ray = build_rollouts(self.cfg, self.preset, self.dist, self.sync, self.env,
+                                                              rows, self.sampling_args)
+        # Expert rows for MIX's SFT half and for the two SFT warm-up phases (content, every token).
+        self.expert, self.warmup_rows, self.warmup_all_rows = expert_sets(cfg, self.preset, self.tokenizer)
         self.feed = StepFeed(cfg, self.generator, self.store, self.env, self.dist)
         self.assembler = BatchAssembler(cfg, self.preset, self.dist, self.tokenizer.pad_token_id or 0, self.expert)
         self.learner = Learner(cfg, self.preset, self.dist, self.policy, updating=self.sync.updating,
                                with_expert=bool(self.expert), on_commit=self.stop.commit)
         self.ckpt = Checkpointer(cfg, self.out, self.dist, self.console, self.policy, self.generator, self.store,
                                  self.sync)
-
-    def _rollouts(self, rows: list[dict[str, Any]]) -> tuple[BatchGenerator, Any]:
-        """The generator and the store: in this process, or Ray workers and a store actor (``[ray]``)."""
-        cfg = self.cfg
-        kwargs = store_kwargs(cfg, self.preset.filter_zero_std_groups)
-        if cfg.ray is not None:  # rollouts on Ray workers, the store a Ray actor (trainers/grpo/ray/rollouts.py)
-            from trainers.grpo.ray.rollouts import start_for_trainer
-
-            self.ray = start_for_trainer(cfg, self.dist, self.sync, self.env, rows, self.sampling_args, kwargs)
-            return self.ray.generator, self.ray.store
-        generator = BatchGenerator(
-            self.env, rows, make_client=self.sync.make_client, model_name=self.sync.model_name,
-            sampling_args=self.sampling_args, prompts_per_step=cfg.prompts_per_step,
-            num_generations=cfg.num_generations, seed=cfg.seed, max_concurrent=cfg.max_concurrent,
-            rollout_timeout_s=cfg.rollout_timeout_s, timeout_s=cfg.generation_timeout_s,
-            rank=self.dist.rank, world_size=self.dist.world_size,
-        )
-        return generator, ExperienceStore(**kwargs)
 
     def _take_batch(self) -> tuple[list[list[RolloutResult]], list[int], dict[str, float]]:
         return self.feed.take(self.step, self.version)
@@ -174,17 +153,10 @@ class GRPOTrainer:
 
     def _sft_warmup(self) -> None:
         """The SFT warm-up on this run's policy (content, then every token), then the weights go to the server."""
-        cfg = self.cfg
-        phases = [(self.warmup_rows, cfg.sft_warmup_steps, cfg.sft_warmup_tokens),
-                  (self.warmup_all_rows, cfg.sft_warmup_all_steps, "all")]
-        done, seconds, summary = 0, 0.0, {}
-        for rows, steps, tokens in phases:
-            if steps:
-                summary = policy_warmup(self.policy, cfg, rows, updating=self.sync.updating, out=self.out,
-                                        print_line=self.show.print, steps=steps, tokens=tokens, step_offset=done)
-                done, seconds = done + steps, seconds + summary["warmup/time_s"]
+        summary = warmup_phases(self.policy, self.cfg, self.warmup_rows, self.warmup_all_rows,
+                                updating=self.sync.updating, out=self.out, print_line=self.show.print)
         self.sync.after_step(self.version)  # a server of its own (vLLM, vf-serve) gets the warmed-up weights
-        self.show.print(warmup_done_line({**summary, "warmup/time_s": seconds}))
+        self.show.print(warmup_done_line(summary))
 
     def _checkpoint(self, data_state: dict[str, Any] | None = None, *, together: bool = True) -> Path:
         """``data_state``: the one taken at the start of an unfinished step (see `Checkpointer.save`)."""
@@ -290,8 +262,8 @@ class GRPOTrainer:
                 self.reward_history.append(self._unsynced["reward"])
                 logger.log(self.step, {**self._unsynced, "sync/failed": 1.0})
             path = self._checkpoint(self._step_start, together=False)
-            self.console.print(f"[red]stopped at step {self.step}: {exc}[/red]")
-            self.console.print(f"checkpoint saved to {path}; once the server is back, continue with --resume")
+            self.console.print(f"[red]stopped at step {self.step}: {exc}[/red]\ncheckpoint saved to {path}; "
+                               "once the server is back, continue with --resume")
             raise ServerError(f"{exc} (stopped at step {self.step}; checkpoint {path}; continue with --resume)") from exc
         finally:
             self.stop.restore()

@@ -140,6 +140,14 @@ class BatchGenerator:
     async def _make_client(self, make: Callable[[], Any]) -> Any:
         return make()
 
+    @classmethod
+    def for_run(cls, cfg: Any, env: Environment, rows: Sequence[dict[str, Any]], sync: Any,
+                sampling_args: dict[str, Any], dist: Any) -> BatchGenerator:
+        """The generator of a `TrainConfig`'s run, calling ``sync``'s client, this rank's share of each batch."""
+        return cls(env, rows, make_client=sync.make_client, model_name=sync.model_name, sampling_args=sampling_args,
+                   prompts_per_step=cfg.prompts_per_step, num_generations=cfg.num_generations, seed=cfg.seed,
+                   max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
+                   timeout_s=cfg.generation_timeout_s, rank=dist.rank, world_size=dist.world_size)
     def _call(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 

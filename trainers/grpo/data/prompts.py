@@ -42,6 +42,16 @@ def _training_rows(env: Any, tokenizer: Any, max_prompt_len: int | None,
     return [{**r, "info": json.loads(r["info"])} if isinstance(r.get("info"), str) else r for r in kept.to_list()]
 
 
+def expert_sets(cfg: Any, preset: Any, tokenizer: Any) -> tuple[list[TrainRow], list[TrainRow], list[TrainRow]]:
+    """The expert file's rows for a run: MIX's SFT half (every assistant token), the first warm-up
+    phase (``sft_warmup_tokens``) and the second (every token); each empty when the run has no use for it."""
+    def rows(wanted: bool, tokens: Literal["all", "content"]) -> list[TrainRow]:
+        return load_expert(cfg.expert_data, tokenizer, cfg.max_seq_len, tokens) if wanted else []
+
+    return (rows(preset.mix is not None, "all"), rows(bool(cfg.sft_warmup_steps), cfg.sft_warmup_tokens),
+            rows(bool(cfg.sft_warmup_all_steps), "all"))
+
+
 def load_expert(expert_data: str | None, tokenizer: Any, max_seq_len: int,
                 tokens: Literal["all", "content"] = "all") -> list[TrainRow]:
     """The expert file's conversations as training rows (``tokens``: which assistant tokens train)."""

@@ -24,7 +24,7 @@ from trainers.grpo.data.batch import TrainRow, collate
 from trainers.grpo.learn.logprobs import completion_logps
 from trainers.grpo.learn.policy import Policy
 
-__all__ = ["policy_warmup", "progress_line", "run_sft_warmup", "warmup_done_line"]
+__all__ = ["policy_warmup", "progress_line", "run_sft_warmup", "warmup_done_line", "warmup_phases"]
 
 
 def run_sft_warmup(
@@ -134,6 +134,21 @@ def policy_warmup(policy: Policy, cfg: Any, rows: Sequence[TrainRow], *, updatin
         print_line=print_line, chunk_tokens=cfg.logprob_chunk_tokens, step_offset=step_offset,
         tokens=tokens if cfg.sft_warmup_all_steps else "",
     )
+
+
+def warmup_phases(policy: Policy, cfg: Any, content_rows: Sequence[TrainRow], all_rows: Sequence[TrainRow], *,
+                  updating: Callable[[], Any], out: Path, print_line: Callable[[str], None]) -> dict[str, float]:
+    """The run's SFT warm-up: ``sft_warmup_steps`` on ``content_rows`` (``sft_warmup_tokens``), then
+    ``sft_warmup_all_steps`` on every assistant token of ``all_rows``; the last phase's summary with
+    the phases' total time (the caller then syncs the weights)."""
+    phases = [(content_rows, cfg.sft_warmup_steps, cfg.sft_warmup_tokens), (all_rows, cfg.sft_warmup_all_steps, "all")]
+    done, seconds, summary = 0, 0.0, {}
+    for rows, steps, tokens in phases:
+        if steps:
+            summary = policy_warmup(policy, cfg, rows, updating=updating, out=out, print_line=print_line,
+                                    steps=steps, tokens=tokens, step_offset=done)
+            done, seconds = done + steps, seconds + summary["warmup/time_s"]
+    return {**summary, "warmup/time_s": seconds}
 
 
 def warmup_done_line(summary: dict[str, float]) -> str:
