@@ -135,3 +135,25 @@ def test_grpo_folders_import_one_way():
         )
     )
     assert not bad, "trainers/grpo folder imports against the order (see ALLOWED):\n" + _show(bad)
+
+
+# Size limits (REDESIGN.md): the loop that must read top to bottom, and the engine's one class.
+# (file, class or None for the whole file) -> the most lines it may have.
+SIZE_LIMITS = {
+    ("trainers/grpo/trainer.py", None): 300,
+    ("verifiers/inference/engine/core.py", "InferenceEngine"): 450,
+}
+
+
+def test_the_size_limits_hold():
+    over = []
+    for (rel, cls), limit in SIZE_LIMITS.items():
+        path = ROOT / rel
+        if cls is None:
+            size = len(path.read_text().splitlines())
+        else:
+            node = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == cls)
+            size = node.end_lineno - node.lineno + 1
+        if size > limit:
+            over.append(f"  {rel}{'::' + cls if cls else ''}: {size} lines (limit {limit})")
+    assert not over, "over the size limit: split out a module with one job\n" + "\n".join(over)

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from verifiers.errors import ConfigError, OverlongPromptError
+from verifiers.errors import ConfigError
 from verifiers.inference.devices import empty_device_cache, is_oom
+from verifiers.inference.engine.checks import check_request, check_token_ids
+from verifiers.inference.engine.model_facts import eos_ids, text_decoder, vocab_size
 from verifiers.inference.engine.requests import (
-    InvalidRequestError,
     Request,
     RequestOutput,
     Sink,
@@ -107,8 +107,8 @@ class InferenceEngine:
                                                                       self.max_model_len))
         self.max_prefill_tokens = int(max_prefill_tokens)
         self.budget = Budget(self.max_kv_tokens, max_batch_size)
-        self.vocab_size = self._vocab_size()
-        self.eos_ids = self._eos_ids()
+        self.vocab_size = vocab_size(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer)
         self.weight_version = 0
         self._cv = threading.Condition()
         self._waiting: list[Request] = []
@@ -123,7 +123,7 @@ class InferenceEngine:
                       "request_failures": 0}
         self._decoder = DecodeBatch(model, device=self.device, seed=seed, budget=self.budget,
                                     max_prefill_tokens=self.max_prefill_tokens, logprobs_mode=logprobs_mode,
-                                    eos_ids=self.eos_ids, decode=self._text_decoder(), stats=self.stats,
+                                    eos_ids=self.eos_ids, decode=text_decoder(tokenizer, self._decode), stats=self.stats,
                                     fast_decode=fast_decode, packed_weights=packed_weights,
                                     cuda_graphs=cuda_graphs)
 
@@ -137,64 +137,12 @@ class InferenceEngine:
         use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
         return cls(model, tok, **kw)
 
-    def _vocab_size(self) -> int:
-        """Token ids valid both as inputs (embedding rows) and as logit columns."""
-        sizes = []
-        emb = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") else None
-        if emb is not None and getattr(emb, "weight", None) is not None:
-            sizes.append(int(emb.weight.shape[0]))
-        head = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        if head is not None and getattr(head, "weight", None) is not None:
-            sizes.append(int(head.weight.shape[0]))
-        cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") else self.model.config
-        if not sizes and getattr(cfg, "vocab_size", None):
-            sizes.append(int(cfg.vocab_size))
-        return min(sizes) if sizes else len(self.tokenizer)
-
     def check_token_ids(self, ids: Sequence[Any], param: str) -> None:
         """Raise `InvalidRequestError` unless every id is an int in ``[0, vocab_size)``."""
-        v = self.vocab_size
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < v:
-                raise InvalidRequestError(
-                    f"'{param}' holds token id {t!r}, outside this model's vocabulary [0, {v})", param=param
-                )
-
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        gen = getattr(self.model, "generation_config", None)
-        eos = getattr(gen, "eos_token_id", None) if gen is not None else None
-        if eos is None:
-            eos = getattr(self.model.config, "eos_token_id", None)
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif eos:
-            ids.update(int(e) for e in eos)
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        return ids
+        check_token_ids(ids, param, self.vocab_size)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def _text_decoder(self) -> Callable[[list[int]], str]:
-        """``tokenizer.decode(ids, skip_special_tokens=True)``, calling the Rust tokenizer directly where
-        that is all it does (a streamed row is decoded on every step: 8 -> 3.5 us for 64 ids).
-
-        Only for transformers' `TokenizersBackend` with neither its ``decode`` nor ``_decode``
-        overridden and no ``clean_up_tokenization_spaces`` (a Python pass over the text).
-        """
-        try:
-            from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-            from transformers.tokenization_utils_tokenizers import TokenizersBackend
-        except ImportError:  # another transformers layout: its decode as it is
-            return self._decode
-        cls, backend = type(self.tokenizer), getattr(self.tokenizer, "_tokenizer", None)
-        if (isinstance(self.tokenizer, TokenizersBackend) and cls.decode is PreTrainedTokenizerBase.decode
-                and cls._decode is TokenizersBackend._decode and backend is not None
-                and not getattr(self.tokenizer, "clean_up_tokenization_spaces", False)):
-            return functools.partial(backend.decode, skip_special_tokens=True)
-        return self._decode
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -292,38 +240,9 @@ class InferenceEngine:
 
     # -- submission ------------------------------------------------------------------------
     def check_request(self, prompt_ids: Sequence[int], params: SamplingParams, n: int = 1) -> int:
-        """Validate a request without running it; returns its effective ``max_tokens``.
-
-        The messages use vLLM's wording ("maximum context length") so clients map them to
-        their overlong-prompt error.
-        """
-        if not prompt_ids:
-            raise InvalidRequestError("the prompt is empty: send at least one token", param="prompt")
-        if n < 1:
-            raise InvalidRequestError(f"n must be >= 1, got {n}", param="n")
-        self.check_token_ids(prompt_ids, "prompt")
-        self.check_token_ids(params.stop_token_ids, "stop_token_ids")
-        room = self.max_model_len - len(prompt_ids)
-        if room <= 0:
-            raise OverlongPromptError(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, your request has "
-                f"{len(prompt_ids)} input tokens. Please reduce the length of the input messages."
-            )
-        max_tokens = params.max_tokens if params.max_tokens is not None else room
-        if max_tokens > room:
-            raise OverlongPromptError(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
-                f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
-                "completion). Please reduce the length of the messages or completion."
-            )
-        worst = len(prompt_ids) + max_tokens
-        if self.budget.never_fits(n, worst):
-            raise OverlongPromptError(
-                f"This request needs up to {n * worst} KV-cache tokens (n={n} x ({len(prompt_ids)} prompt + "
-                f"{max_tokens} max_tokens)), more than the engine's max_kv_tokens={self.max_kv_tokens} even when "
-                "idle. Lower max_tokens or n, or start the engine with a larger max_kv_tokens."
-            )
-        return max_tokens
+        """Validate a request without running it; returns its effective ``max_tokens`` (`check_request`)."""
+        return check_request(prompt_ids, params, n, vocab=self.vocab_size, max_model_len=self.max_model_len,
+                             budget=self.budget)
 
     def _make_request(
         self, prompt_ids: Sequence[int], params: SamplingParams, n: int, sink: Sink, forced: Sequence[int]
