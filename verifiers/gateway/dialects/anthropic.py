@@ -160,9 +160,11 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             raise DialectError(f"tool type {kind!r} is a server tool the gateway cannot run (it has no web search, "
                                "code execution, bash, text editor or computer): give the program custom tools "
                                "with an input_schema")
-        fn: dict[str, Any] = {"name": tool.get("name"), "parameters": tool["input_schema"]}
+        # In the chat API's own key order: the SDK client sends them so, and the template renders them so.
+        fn: dict[str, Any] = {"name": tool.get("name")}
         if tool.get("description"):
             fn["description"] = tool["description"]
+        fn["parameters"] = tool["input_schema"]
         out.append({"type": "function", "function": fn})
     return out
 
