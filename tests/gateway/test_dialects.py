@@ -186,6 +186,42 @@ async def test_previous_response_id_follow_up_extends_the_earlier_call() -> None
     assert _extends_first(s)
 
 
+async def test_responses_item_references_roles_and_options_translate() -> None:
+    with ScriptedServer(CALL_THEN_ANSWER) as srv:
+        s = get_gateway().open_session(vf.make_client(base_url=srv.base_url), "policy")
+        schema = {"type": "object", "properties": {"value": {"type": "string"}}}
+
+        def program() -> str:
+            c = openai.OpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)
+            first = c.responses.create(model="m", input=[
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "input_text", "text": "look up"},
+                                             {"type": "input_text", "text": " A"}]}], tools=[LOOKUP])
+            c.responses.create(model="m", tools=[LOOKUP], tool_choice={"type": "function", "name": "lookup"},
+                               parallel_tool_calls=False,
+                               text={"format": {"type": "json_schema", "name": "answer", "schema": schema}},
+                               input=[{"type": "item_reference", "id": item.id} for item in first.output] + [
+                                   {"type": "function_call_output", "call_id": "call_0", "output": [
+                                       {"type": "input_text", "text": "4"}, {"type": "input_text", "text": "2"}]}])
+            with pytest.raises(openai.BadRequestError) as exc:
+                c.responses.create(model="m", input=[{"type": "item_reference", "id": "msg_nope"}])
+            return exc.value.message
+
+        missing = await asyncio.to_thread(program)
+        get_gateway().close_session(s)
+    first, second = srv.requests
+    assert first["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [
+        {"type": "text", "text": "look up"}, {"type": "text", "text": " A"}]}]  # the program's parts, kept
+    assert second["messages"] == [
+        {"role": "assistant", "content": "let me look", "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "lookup", "arguments": '{"key": "A"}'}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "42"}]
+    assert second["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    assert second["parallel_tool_calls"] is False
+    assert second["response_format"] == {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    assert "msg_nope" in missing and srv.n_requests == 2
+
+
 async def test_responses_stream_is_the_event_sequence_of_the_reply() -> None:
     with ScriptedServer(CALL_THEN_ANSWER) as srv:
         s = get_gateway().open_session(vf.make_client(base_url=srv.base_url), "policy")
