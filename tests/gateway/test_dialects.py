@@ -222,6 +222,60 @@ async def test_responses_item_references_roles_and_options_translate() -> None:
     assert "msg_nope" in missing and srv.n_requests == 2
 
 
+class WithReasoning:
+    """The environment's client, its replies given the reasoning text that a server with a reasoning
+    parser returns next to the content (vLLM's ``reasoning_content``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def chat(self, model: str, messages: Any, **kw: Any) -> Any:
+        out = await self.inner.chat(model, messages, **kw)
+        out.raw["choices"][0]["message"]["reasoning_content"] = f"think {len(messages)}"
+        return out
+
+    async def complete(self, model: str, prompt: Any, **kw: Any) -> Any:
+        return await self.inner.complete(model, prompt, **kw)
+
+
+async def test_reasoning_is_passed_through_both_dialects_and_back(anthropic: Any) -> None:
+    from verifiers.clients.openai_client import as_chat_client
+
+    with ScriptedServer(CALL_THEN_ANSWER) as srv:
+        s = get_gateway().open_session(WithReasoning(as_chat_client(vf.make_client(base_url=srv.base_url))), "policy")
+
+        def program() -> tuple[Any, list[str], Any]:
+            c = openai.OpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)
+            with c.responses.stream(model="m", input="look up A", tools=[LOOKUP]) as stream:
+                kinds = [event.type for event in stream]
+                first = stream.get_final_response()
+            c.responses.create(model="m", tools=[LOOKUP], input=[
+                {"role": "user", "content": "look up A"}, *[i.model_dump(exclude_none=True) for i in first.output],
+                {"type": "function_call_output", "call_id": first.output[-1].call_id, "output": "42"}])
+            a = _client(anthropic, s)
+            kw: dict[str, Any] = {"model": "claude", "max_tokens": 100, "tools": [ANTHROPIC_LOOKUP]}
+            msgs: list[dict[str, Any]] = [{"role": "user", "content": "look up A"}]
+            reply = a.messages.create(**kw, messages=msgs)
+            a.messages.create(**kw, messages=[*msgs, {"role": "assistant", "content": reply.content}, {
+                "role": "user", "content": [{"type": "tool_result", "tool_use_id": reply.content[-1].id, "content": "42"}]}])
+            return first, kinds, reply
+
+        first, kinds, reply = await asyncio.to_thread(program)
+        get_gateway().close_session(s)
+    thought, message, call = first.output
+    assert thought.type == "reasoning" and [p.text for p in thought.content] == ["think 1"]
+    assert kinds[2:7] == ["response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+                          "response.reasoning_text.done", "response.content_part.done"]
+    assert (message.type, call.type) == ("message", "function_call")
+    assert [b.type for b in reply.content] == ["thinking", "text", "tool_use"] and reply.content[0].thinking == "think 1"
+    # Sent back, the reasoning is the assistant message's again, next to its text and tool call.
+    for sent in (srv.requests[1], srv.requests[3]):
+        assistant = sent["messages"][1]
+        assert assistant["reasoning_content"] == "think 1" and assistant["content"] == "let me look"
+        assert assistant["tool_calls"][0]["function"]["name"] == "lookup"
+    assert _extends_first(s)
+
+
 async def test_responses_stream_is_the_event_sequence_of_the_reply() -> None:
     with ScriptedServer(CALL_THEN_ANSWER) as srv:
         s = get_gateway().open_session(vf.make_client(base_url=srv.base_url), "policy")

@@ -161,7 +161,9 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
                                "code execution, bash, text editor or computer): give the program custom tools "
                                "with an input_schema")
         # In the chat API's own key order: the SDK client sends them so, and the template renders them so.
-        fn: dict[str, Any] = {"name": tool.get("name")}
+        if not isinstance(tool.get("name"), str):
+            raise DialectError("a custom tool needs a string 'name'")
+        fn: dict[str, Any] = {"name": tool["name"]}
         if tool.get("description"):
             fn["description"] = tool["description"]
         fn["parameters"] = tool["input_schema"]

@@ -149,9 +149,10 @@ class _Builder:
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise DialectError("a function_call item needs 'call_id' and 'name'", param="input")
             arguments = item.get("arguments")
+            if not isinstance(arguments, str):  # a program that keeps them parsed
+                arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
             self._current().setdefault("tool_calls", []).append({
-                "id": call_id, "type": "function",
-                "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else "{}"},
+                "id": call_id, "type": "function", "function": {"name": name, "arguments": arguments},
             })
         elif kind == "function_call_output":
             output = item.get("output")
@@ -186,7 +187,9 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
                 f"tool type {kind!r} is a built-in tool the gateway cannot run (it has no web search, file "
                 "search, computer, code interpreter or hosted MCP): give the program function tools",
                 param="tools", code="unsupported_tool")
-        fn: dict[str, Any] = {"name": tool.get("name")}
+        if not isinstance(tool.get("name"), str):
+            raise DialectError("a function tool needs a string 'name'", param="tools")
+        fn: dict[str, Any] = {"name": tool["name"]}  # in the chat API's key order, as the template renders it
         for key in ("description", "parameters", "strict"):
             if tool.get(key) is not None:
                 fn[key] = tool[key]
@@ -314,7 +317,7 @@ def response_object(chat_reply: dict[str, Any], request: ResponsesRequest, model
         "incomplete_details": {"reason": reason} if reason else None,
         "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
         "model": model, "output": output_items(chat_reply),
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
         "previous_response_id": body.get("previous_response_id"),
         "reasoning": {"effort": None, "summary": None}, "store": body.get("store", True) is not False,
         "temperature": sampling.get("temperature", 1.0), "top_p": sampling.get("top_p", 1.0),
