@@ -4,9 +4,8 @@ Each rollout runs the program (any language, an OpenAI or Anthropic SDK) as a su
 fresh working directory holding ``TASK.md``. Its environment points ``OPENAI_BASE_URL`` and
 ``ANTHROPIC_BASE_URL`` at a gateway session, so every model call it makes is answered by the
 environment's client (the trainer's engine, vf-serve, vLLM, a hosted API) and recorded with
-its token ids. The rubric
-then scores what the program did: the first call's prompt, the last reply, ``state["agent"]``
-(exit code, output tails, the calls) and the files in ``state["workdir"]``.
+its token ids. The rubric then scores what the program did: the first call's prompt, the last
+reply, ``state["agent"]`` (exit code, output tails, the calls) and the files in ``state["workdir"]``.
 """
 
 from __future__ import annotations
