@@ -51,6 +51,12 @@ def smolagents_python() -> Path:
     return venvs.agent_python(HERE / "requirements-smolagents.txt")
 
 
+@pytest.fixture(scope="session")
+def anthropic_python() -> Path:
+    """The interpreter of the Anthropic SDK program's venv."""
+    return venvs.agent_python(HERE / "requirements-anthropic.txt")
+
+
 # -- the embedded server with a tiny random model ------------------------------------------
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -91,7 +97,8 @@ def tiny_server(tiny_model_dir: Path) -> Iterator[Any]:
 
 
 class ServerTap:
-    """The server's answers to ``/chat/completions``, in order, as read on the wire.
+    """The server's answers to ``/chat/completions`` (and ``/completions``, where token-in sends
+    its id prompts), in order, as read on the wire.
 
     Installed as an httpx response hook on the client the environment calls the server with,
     so it sees the server's JSON (token ids included) before the gateway parses it.
@@ -101,7 +108,7 @@ class ServerTap:
         self.exchanges: list[tuple[dict[str, Any], int, dict[str, Any]]] = []
 
     async def __call__(self, response: Any) -> None:
-        if not response.request.url.path.endswith("/chat/completions"):
+        if not response.request.url.path.endswith("/completions"):
             return
         await response.aread()
         self.exchanges.append((json.loads(response.request.content), response.status_code, response.json()))
@@ -133,26 +140,38 @@ def check_ids_are_the_servers(results: list[Any], tap: ServerTap, tokenizer: Any
     server sent (rollouts run concurrently, so answers are matched by their ids, and every
     answer must be matched once). For a call whose messages went upstream as messages (not as
     token ids, see ``GatewayCall.token_in``), the prompt ids must also be what the tiny
-    tokenizer's chat template makes of the messages and tools the program sent.
+    tokenizer's chat template makes of the messages and tools the program sent; a token-in call
+    (a ``/completions`` answer) must start with the exact ids of an earlier call of its rollout.
     """
     from verifiers.data.templating import apply_chat_template
+
+    def ids(answer: dict[str, Any]) -> tuple[Any, Any]:
+        choice = answer["choices"][0]
+        return answer.get("prompt_token_ids") or choice.get("prompt_token_ids"), choice["token_ids"]
 
     answers = tap.answered()
     calls = [c for r in results for c in r.state["agent"]["calls"] if c.tokens is not None]
     assert len(calls) == len(answers), (len(calls), len(answers))
     matched: set[int] = set()
-    for call in calls:
-        tokens = call.tokens
-        hits = [i for i, a in enumerate(answers) if a["prompt_token_ids"] == tokens.prompt_ids
-                and a["choices"][0]["token_ids"] == tokens.completion_ids]
-        assert len(hits) == 1, f"call {call.seq}: {len(hits)} server answers carry its ids"
-        choice = answers[hits[0]]["choices"][0]
-        assert tokens.completion_logprobs == [lp["logprob"] for lp in choice["logprobs"]["content"]]
-        assert tokens.finish_reason == choice["finish_reason"]
-        assert call.reply is not None and (call.reply.get("content") or "") == (choice["message"].get("content") or "")
-        if not call.token_in:  # the messages went upstream: the server rendered them with its template
-            assert tokens.prompt_ids == list(apply_chat_template(tokenizer, call.messages, tools=call.tools))
-        matched.add(hits[0])
+    for r in results:
+        earlier: list[Any] = []
+        for call in (c for c in r.state["agent"]["calls"] if c.tokens is not None):
+            tokens = call.tokens
+            hits = [i for i, a in enumerate(answers) if ids(a) == (tokens.prompt_ids, tokens.completion_ids)]
+            assert len(hits) == 1, f"call {call.seq}: {len(hits)} server answers carry its ids"
+            choice = answers[hits[0]]["choices"][0]
+            if call.token_in:  # an id prompt to /completions: the earlier call's ids, then the new tail
+                assert "text" in choice and any(extends(tokens, e) for e in earlier)
+                assert tokens.completion_logprobs == choice["logprobs"]["token_logprobs"]
+                assert tokens.finish_reason in (choice["finish_reason"], "tool_calls")  # tool calls parsed here
+            else:  # the messages went upstream: the server rendered them with its template
+                assert tokens.completion_logprobs == [lp["logprob"] for lp in choice["logprobs"]["content"]]
+                assert tokens.finish_reason == choice["finish_reason"]
+                assert call.reply is not None
+                assert (call.reply.get("content") or "") == (choice["message"].get("content") or "")
+                assert tokens.prompt_ids == list(apply_chat_template(tokenizer, call.messages, tools=call.tools))
+            earlier.append(tokens)
+            matched.add(hits[0])
     assert len(matched) == len(answers)
     for r in results:  # the rollout's token record is its calls' records, in order
         assert r.tokens == [c.tokens for c in r.state["agent"]["calls"] if c.tokens is not None]

@@ -85,14 +85,18 @@ async def test_the_program_gets_a_minimal_environment_and_grading_never_sees_the
     assert r.error is None, r.error
     seen = json.loads(r.state["agent"]["stdout"].splitlines()[0])
     expected = {"PATH", "LANG", "HOME", "TMPDIR", "PYTHONUNBUFFERED", "OPENAI_BASE_URL", "OPENAI_API_BASE",
-                "OPENAI_API_KEY", "OPENAI_MODEL", "VF_TASK", "VF_PROMPT", "VF_INFO", "AGENT_FLAG"}
+                "OPENAI_API_KEY", "OPENAI_MODEL", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "VF_TASK", "VF_PROMPT",
+                "VF_INFO", "AGENT_FLAG"}
     assert set(seen) - {"LC_CTYPE"} == expected  # (LC_CTYPE: the interpreter's own locale coercion)
+    # The Anthropic SDKs append /v1/messages to their base URL: the same session, the same secret.
+    assert seen["ANTHROPIC_BASE_URL"] + "/v1" == seen["OPENAI_BASE_URL"]
+    assert seen["ANTHROPIC_API_KEY"] == seen["OPENAI_API_KEY"]
     assert seen["HOME"] == r.state["workdir"] and seen["VF_TASK"] == "look up A" and seen["OPENAI_MODEL"] == "policy"
     assert json.loads(seen["VF_INFO"]) == ROWS[0]["info"]
     assert json.loads(seen["VF_PROMPT"]) == [{"role": "user", "content": "look up A"}]
     assert "VF_TEST_SECRET_TOKEN" not in seen
     assert grading and seen["OPENAI_API_KEY"] not in grading.values()
-    assert not any(seen["OPENAI_BASE_URL"] in v for v in grading.values())
+    assert not any(seen["ANTHROPIC_BASE_URL"] in v for v in grading.values())
     status = subprocess.run(
         [sys.executable, "-c", "import sys, urllib.request, urllib.error\n"
          "req = urllib.request.Request(sys.argv[1] + '/chat/completions', data=b'{}', "
@@ -152,6 +156,8 @@ def test_bad_configuration_is_refused_with_the_fix() -> None:
 
     with pytest.raises(vf.ConfigError, match="may not set OPENAI_API_KEY"):
         vf.AgentEnv(command=["x"], dataset=ROWS, env={"OPENAI_API_KEY": "k"})
+    with pytest.raises(vf.ConfigError, match="may not set ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL"):
+        vf.AgentEnv(command=["x"], dataset=ROWS, env={"ANTHROPIC_BASE_URL": "u", "ANTHROPIC_API_KEY": "k"})
     with pytest.raises(vf.ConfigError, match="needs a command"):
         vf.AgentEnv(command=[], dataset=ROWS)
     with pytest.raises(vf.ConfigError, match="outside the working directory"):

@@ -221,7 +221,7 @@ async def test_concurrent_calls_of_one_session_are_all_recorded_in_arrival_order
             assert c.reply and c.reply["content"] == "r " + c.messages[-1]["content"]
 
 
-async def test_models_lists_the_session_model_only_and_other_dialects_say_so() -> None:
+async def test_models_lists_the_session_model_only_and_other_routes_say_what_is_served() -> None:
     with ScriptedServer(_script()) as srv:
         s = get_gateway().open_session(vf.make_client(base_url=srv.base_url), "policy")
 
@@ -229,13 +229,14 @@ async def test_models_lists_the_session_model_only_and_other_dialects_say_so() -
             c = openai.OpenAI(base_url=s.base_url, api_key=s.secret, max_retries=0)
             names = [m.id for m in c.models.list()]
             try:
-                c.responses.create(model="policy", input="hi")
+                c.completions.create(model="policy", prompt="hi")
             except openai.NotFoundError as exc:
                 return names, str(exc)
-            raise AssertionError("the Responses API answered")
+            raise AssertionError("legacy completions answered")
 
         names, err = await _in_thread(program)
-        assert names == ["policy"] and "Responses API" in err and "chat completions" in err
+        assert names == ["policy"] and "legacy text completions is not supported" in err
+        assert "POST /chat/completions, POST /responses" in err and "POST /messages" in err
         assert srv.n_requests == 0
 
 

@@ -271,6 +271,67 @@ async def test_a_request_refused_as_ids_is_answered_as_a_chat_call(server: Embed
     assert rec.chats == 2 and len(rec.completions) == 1
 
 
+def dialect_program(base_url: str, key: str, dialect: str) -> None:
+    """Two turns in another dialect, through its official SDK: FIRST, then a user follow-up.
+
+    Responses: the follow-up names the first response (``previous_response_id``) and sends only
+    the new input. Messages: the follow-up resends the conversation, the reply as the SDK gave it.
+    """
+    system, user = FIRST[0]["content"], FIRST[1]["content"]
+    if dialect == "responses":
+        client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60)
+        tools = [{"type": "function", **TOOLS[0]["function"]}]
+        first = client.responses.create(model="anything", instructions=system, input=user, tools=tools)
+        client.responses.create(model="anything", instructions=system, previous_response_id=first.id,
+                                input="and the value?", tools=tools)
+        client.close()
+        return
+    import anthropic
+
+    fn = TOOLS[0]["function"]
+    tools = [{"name": fn["name"], "description": fn["description"], "input_schema": fn["parameters"]}]
+    client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key=key, max_retries=0, timeout=60)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
+    reply = client.messages.create(model="claude", max_tokens=1024, system=system, messages=messages, tools=tools)
+    messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "and the value?"}]
+    client.messages.create(model="claude", max_tokens=1024, system=system, messages=messages, tools=tools)
+    client.close()
+
+
+@pytest.mark.parametrize("dialect", ["responses", "messages"])
+async def test_follow_ups_in_other_dialects_continue_the_exact_ids(server: EmbeddedServer, tok: Any,
+                                                                   dialect: str) -> None:
+    """The Responses API (chained by previous_response_id) and Anthropic Messages become the same
+    chat history as a chat program's, so their follow-ups go token-in too."""
+    if dialect == "messages":
+        pytest.importorskip("anthropic")
+    for seed in await _drifting_seeds(server, tok):
+        gateway = InterceptionGateway()
+        rec = Recorder(as_chat_client(make_client(base_url=server.base_url, max_retries=0)))
+        hook = token_prompt_for(tok)
+        try:
+            session = gateway.open_session(rec, MODEL, {"temperature": 1.0, "max_tokens": 48, "seed": seed},
+                                           token_prompt=hook)
+            await asyncio.to_thread(dialect_program, session.base_url, session.secret, dialect)
+        finally:
+            gateway.stop()
+            await rec.inner.close()
+        if session.calls[0].finish_reason == "stop":
+            break
+    else:
+        pytest.fail("no drifting seed gave a first reply that stops")
+    c1, c2 = session.calls
+    assert (c1.token_in, c2.token_in) == (False, True) and c1.tools == c2.tools == TOOLS
+    assert c1.tokens.prompt_ids == apply_chat_template(tok, c1.messages, tools=TOOLS)
+    head = [*c1.tokens.prompt_ids, *c1.tokens.completion_ids]
+    assert c2.tokens.prompt_ids[: len(head)] == head
+    assert tok.decode(c2.tokens.prompt_ids[len(head):]) == \
+        "\n<|im_start|>user\nand the value?<|im_end|>\n<|im_start|>assistant\n"
+    assert rec.chats == 1 and [sent for sent, _, _ in rec.completions] == [c2.tokens.prompt_ids]
+    assert rec.completions[0][2]["choices"][0]["token_ids"] == c2.tokens.completion_ids
+    assert apply_chat_template(tok, c2.messages, tools=TOOLS)[: len(head)] != head  # the drift avoided
+
+
 # -- the pieces ------------------------------------------------------------------------------------
 def test_chatml_bridge_and_tail(tok: Any) -> None:
     tail = TemplateTail(tok)

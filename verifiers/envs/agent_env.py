@@ -1,11 +1,11 @@
 """AgentEnv: train and evaluate an unmodified agent program through the interception gateway.
 
-Each rollout runs the program (any language, any OpenAI-compatible SDK) as a subprocess in a
-fresh working directory holding ``TASK.md``. Its environment points ``OPENAI_BASE_URL`` at a
-gateway session, so every model call it makes is answered by the environment's client (the
-trainer's engine, vf-serve, vLLM, a hosted API) and recorded with its token ids. The rubric
-then scores what the program did: the first call's prompt, the last reply, ``state["agent"]``
-(exit code, output tails, the calls) and the files in ``state["workdir"]``.
+Each rollout runs the program (any language, an OpenAI or Anthropic SDK) as a subprocess in a
+fresh working directory holding ``TASK.md``. Its environment points ``OPENAI_BASE_URL`` and
+``ANTHROPIC_BASE_URL`` at a gateway session, so every model call it makes is answered by the
+environment's client (the trainer's engine, vf-serve, vLLM, a hosted API) and recorded with
+its token ids. The rubric then scores what the program did: the first call's prompt, the last
+reply, ``state["agent"]`` (exit code, output tails, the calls) and the files in ``state["workdir"]``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from verifiers.errors import AgentCrashedError, AgentNoCallsError, ConfigError
 from verifiers.gateway import GatewayCall, Session, SessionLimits, get_gateway
 from verifiers.types import Info, Messages, SamplingArgs, State, Usage
 
-RESERVED_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "OPENAI_MODEL", "VF_TASK", "VF_PROMPT",
-                 "VF_INFO", "HOME")
+RESERVED_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "OPENAI_MODEL", "ANTHROPIC_BASE_URL",
+                 "ANTHROPIC_API_KEY", "VF_TASK", "VF_PROMPT", "VF_INFO", "HOME")
 
 
 def task_text(prompt: Messages) -> str:

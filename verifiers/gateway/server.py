@@ -1,8 +1,10 @@
-"""The interception gateway: an OpenAI-compatible endpoint per rollout, on 127.0.0.1.
+"""The interception gateway: an OpenAI- and Anthropic-compatible endpoint per rollout, on 127.0.0.1.
 
 An agent program is pointed at ``OPENAI_BASE_URL=http://127.0.0.1:<port>/s/<id>/v1`` with
-``OPENAI_API_KEY=<secret>``; every model call it makes is answered by the environment's own
-client and recorded with its token ids. One gateway serves every session of the process,
+``OPENAI_API_KEY=<secret>`` (and ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``); every model
+call it makes (chat completions, the Responses API or Anthropic Messages, see
+`verifiers.gateway.dialects`) is answered by the environment's own client as one chat call
+and recorded with its token ids. One gateway serves every session of the process,
 from a daemon thread with its own event loop, so a busy rollout loop never delays a
 program's HTTP answer and a forgotten gateway dies with the process.
 """
@@ -23,19 +25,20 @@ from typing import Any
 
 from aiohttp import web
 
-from verifiers.gateway.records import SessionLimits
-from verifiers.gateway.session import Session, TokenPrompt
+from verifiers.gateway.dialects import DialectError
+from verifiers.gateway.dialects import anthropic as messages_api
+from verifiers.gateway.dialects import responses as responses_api
+from verifiers.gateway.records import GatewayCall, SessionLimits
+from verifiers.gateway.session import Reply, Session, TokenPrompt
 from verifiers.gateway.wire import error_body, models_json, sse_events
 from verifiers.tools.background_loop import BackgroundLoop
 from verifiers.types import SamplingArgs
 
 HOST = "127.0.0.1"
 MAX_CLOSED_IDS = 100_000
-_OTHER_DIALECTS = {
-    "responses": "the OpenAI Responses API",
-    "messages": "the Anthropic Messages API",
-    "completions": "legacy text completions",
-}
+_OTHER_ROUTES = {"completions": "legacy text completions"}
+_SERVED = ("POST /chat/completions, POST /responses (GET and DELETE /responses/<id>), POST /messages "
+           "(Anthropic), GET /models")
 
 
 def _json(status: int, payload: dict[str, Any]) -> web.Response:
@@ -150,65 +153,162 @@ class InterceptionGateway:
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
+        app.router.add_post("/s/{sid}/v1/responses", self._responses)
+        app.router.add_get("/s/{sid}/v1/responses/{rid}", self._stored_response)
+        app.router.add_delete("/s/{sid}/v1/responses/{rid}", self._stored_response)
+        app.router.add_post("/s/{sid}/v1/messages", self._messages)
         app.router.add_get("/s/{sid}/v1/models", self._models)
         app.router.add_get("/s/{sid}/v1/models/{model:.+}", self._models)
+        app.router.add_route("*", "/s/{sid}/v1/messages/{rest:.*}", self._unsupported_anthropic)
         app.router.add_route("*", "/s/{sid}/v1/{rest:.*}", self._unsupported)
         app.router.add_route("*", "/{rest:.*}", self._no_session)
         return app
 
-    def _session(self, request: web.Request) -> Session | web.Response:
+    def _session(self, request: web.Request, anthropic: bool = False) -> Session | web.Response:
+        """The request's session, or the error to answer (in the Messages API's shape for ``anthropic``)."""
+
+        def fail(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> web.Response:
+            return _json(status, messages_api.error_json(status, message) if anthropic else error_body(message, kind, code))
+
         sid = request.match_info["sid"]
         session = self._sessions.get(sid)
         if session is None:
             if sid in self._closed:
-                return _json(409, error_body(f"session {sid} is closed: its rollout has ended", code="session_closed"))
-            return _json(404, error_body(f"no session {sid} on this gateway", code="unknown_session"))
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("api-key", "")
+                return fail(409, f"session {sid} is closed: its rollout has ended", code="session_closed")
+            return fail(404, f"no session {sid} on this gateway", code="unknown_session")
+        # Bearer (OpenAI SDKs, ANTHROPIC_AUTH_TOKEN), api-key (Azure style), x-api-key (Anthropic SDKs)
+        headers = request.headers
+        auth = headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key") or headers.get("api-key", "")
         if not token or not hmac.compare_digest(token.encode(), session.secret.encode()):
-            return _json(401, error_body("invalid or missing API key for this session", "authentication_error",
-                                         code="invalid_api_key"))
+            return fail(401, "invalid or missing API key for this session", "authentication_error", "invalid_api_key")
         if session.closed:
-            return _json(409, error_body(f"session {sid} is closed: its rollout has ended", code="session_closed"))
+            return fail(409, f"session {sid} is closed: its rollout has ended", code="session_closed")
         return session
+
+    @staticmethod
+    async def _body(request: web.Request) -> tuple[bytes, dict[str, Any]] | str:
+        """The request's bytes and JSON object, or what is wrong with them."""
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return f"the request body is not JSON: {exc}"
+        if not isinstance(body, dict):
+            return "the request body must be a JSON object"
+        return raw, body
+
+    @staticmethod
+    def _retry_count(request: web.Request) -> int:
+        try:
+            return int(request.headers.get("x-stainless-retry-count", "0") or 0)
+        except ValueError:
+            return 0
+
+    @staticmethod
+    async def _stream(request: web.Request, events: list[bytes]) -> web.StreamResponse:
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await stream.prepare(request)
+        for event in events:
+            await stream.write(event)
+        await stream.write_eof()
+        return stream
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         session = self._session(request)
         if isinstance(session, web.Response):
             return session
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _json(400, error_body(f"the request body is not JSON: {exc}"))
-        if not isinstance(body, dict):
-            return _json(400, error_body("the request body must be a JSON object"))
-        try:
-            retry = int(request.headers.get("x-stainless-retry-count", "0") or 0)
-        except ValueError:
-            retry = 0
-        status, payload = await session.handle(body, retry, raw)
+        read = await self._body(request)
+        if isinstance(read, str):
+            return _json(400, error_body(read))
+        raw, body = read
+        status, payload = await session.handle(body, self._retry_count(request), raw)
         if status != 200 or not body.get("stream"):
             return _json(status, payload)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await stream.prepare(request)
-        for event in sse_events(payload, include_usage=include_usage):
-            await stream.write(event)
-        await stream.write_eof()
-        return stream
+        return await self._stream(request, sse_events(payload, include_usage=include_usage))
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """``POST /responses``: one chat call of the session, answered as a Response (or its events)."""
         session = self._session(request)
         if isinstance(session, web.Response):
             return session
-        listing = models_json(session.model)
+        read = await self._body(request)
+        if isinstance(read, str):
+            return _json(400, error_body(read))
+        raw, body = read
+        try:
+            translated = responses_api.to_chat(body, session.responses)
+        except DialectError as exc:
+            return _json(exc.status, error_body(exc.message, code=exc.code, param=exc.param))
+
+        def render(reply: Reply, call: GatewayCall | None) -> Reply:
+            status, payload = reply
+            if status != 200:
+                return reply
+            response = responses_api.response_object(payload, translated, session.model, session.sampling_args)
+            if response["store"]:
+                session.responses[response["id"]] = responses_api.stored_response(response, translated)
+            return 200, response
+
+        status, payload = await session.handle(translated.chat, self._retry_count(request), raw, render)
+        if status != 200 or not body.get("stream"):
+            return _json(status, payload)
+        return await self._stream(request, responses_api.sse_events(payload))
+
+    async def _stored_response(self, request: web.Request) -> web.Response:
+        """``GET``/``DELETE /responses/{id}``: a response this session stored."""
+        session = self._session(request)
+        if isinstance(session, web.Response):
+            return session
+        rid = request.match_info["rid"]
+        stored = session.responses.get(rid)
+        if stored is None:
+            return _json(404, error_body(f"Response with id '{rid}' not found.", code="response_not_found"))
+        if request.method == "DELETE":
+            del session.responses[rid]
+            return _json(200, {"id": rid, "object": "response.deleted", "deleted": True})
+        return _json(200, stored.response)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/messages`` (Anthropic): one chat call of the session, answered as a Message."""
+        session = self._session(request, anthropic=True)
+        if isinstance(session, web.Response):
+            return session
+        read = await self._body(request)
+        if isinstance(read, str):
+            return _json(400, messages_api.error_json(400, read))
+        raw, body = read
+        try:
+            translated = messages_api.to_chat(body)
+        except DialectError as exc:
+            return _json(exc.status, messages_api.error_json(exc.status, exc.message))
+
+        def render(reply: Reply, call: GatewayCall | None) -> Reply:
+            status, payload = reply
+            if status != 200:
+                return status, messages_api.error_json(status, payload["error"]["message"])
+            return 200, messages_api.message_object(payload, translated, session.model)
+
+        status, payload = await session.handle(translated.chat, self._retry_count(request), raw, render)
+        if status != 200 or not body.get("stream"):
+            return _json(status, payload)
+        return await self._stream(request, messages_api.sse_events(payload))
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """The session's model, listed in the OpenAI shape or, for an Anthropic SDK, in its own."""
+        anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
+        session = self._session(request, anthropic=anthropic)
+        if isinstance(session, web.Response):
+            return session
+        listing = messages_api.models_json(session.model) if anthropic else models_json(session.model)
         asked = request.match_info.get("model")
         if asked is None:
             return _json(200, listing)
         if asked != session.model:
-            return _json(404, error_body(f"model {asked!r} is not served here; this session serves {session.model!r}",
-                                         code="model_not_found"))
+            message = f"model {asked!r} is not served here; this session serves {session.model!r}"
+            return _json(404, messages_api.error_json(404, message) if anthropic
+                         else error_body(message, code="model_not_found"))
         return _json(200, listing["data"][0])
 
     async def _unsupported(self, request: web.Request) -> web.Response:
@@ -216,10 +316,17 @@ class InterceptionGateway:
         if isinstance(session, web.Response):
             return session
         rest = request.match_info["rest"].strip("/")
-        what = _OTHER_DIALECTS.get(rest.split("/")[0], f"/{rest}")
-        return _json(404, error_body(
-            f"this gateway speaks OpenAI chat completions only (POST /chat/completions, GET /models); "
-            f"{what} is not supported: configure the program for chat completions", code="unsupported_route"))
+        what = _OTHER_ROUTES.get(rest.split("/")[0], f"{request.method} /{rest}")
+        return _json(404, error_body(f"this gateway serves {_SERVED}; {what} is not supported",
+                                     code="unsupported_route"))
+
+    async def _unsupported_anthropic(self, request: web.Request) -> web.Response:
+        session = self._session(request, anthropic=True)
+        if isinstance(session, web.Response):
+            return session
+        rest = request.match_info["rest"].strip("/")
+        return _json(404, messages_api.error_json(
+            404, f"this gateway serves {_SERVED}; {request.method} /messages/{rest} is not supported"))
 
     async def _no_session(self, request: web.Request) -> web.Response:
         return _json(404, error_body("use a session URL: http://127.0.0.1:<port>/s/<session>/v1", code="unknown_route"))

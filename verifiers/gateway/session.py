@@ -28,6 +28,8 @@ from verifiers.gateway.wire import error_body, program_args, reply_json
 from verifiers.types import SamplingArgs, TurnTokens
 
 Reply = tuple[int, dict[str, Any]]
+Render = Callable[[Reply, "GatewayCall | None"], Reply]
+"""Turns a chat answer into what a program of another dialect receives (see `verifiers.gateway.dialects`)."""
 TokenPrompt = Callable[["Session", list[dict[str, Any]], Any, dict[str, Any]], Any]
 """Async hook ``(session, messages, tools, sampling_args) -> ModelResponse | None`` that samples from token ids
 (token-in); None means "send the messages" (see `verifiers.gateway.token_in`)."""
@@ -77,6 +79,8 @@ class Session:
         """Why the gateway ended the rollout: "prompt_too_long", "max_turns" (call budget), "length"."""
         self.closed = False
         self.want_tokens = True
+        self.responses: dict[str, Any] = {}
+        """Responses API objects of this session by id (``previous_response_id``), see `dialects.responses`."""
         self._last: tuple[str, asyncio.Future[tuple[Reply, GatewayCall | None]]] | None = None
 
     # -- what the environment reads back
@@ -89,21 +93,28 @@ class Session:
         return [c.tokens for c in sorted(self.calls, key=lambda c: c.seq) if c.tokens is not None]
 
     def env_vars(self) -> dict[str, str]:
-        """What a program needs to reach this session with any OpenAI-compatible SDK."""
+        """What a program needs to reach this session with an OpenAI or Anthropic SDK.
+
+        The Anthropic SDKs append ``/v1/messages`` to ``ANTHROPIC_BASE_URL``, so it stops before ``/v1``.
+        """
         return {
             "OPENAI_BASE_URL": self.base_url,
             "OPENAI_API_BASE": self.base_url,
             "OPENAI_API_KEY": self.secret,
             "OPENAI_MODEL": self.model,
+            "ANTHROPIC_BASE_URL": self.base_url.removesuffix("/v1"),
+            "ANTHROPIC_API_KEY": self.secret,
         }
 
     # -- serving (runs on the gateway's thread)
-    async def handle(self, body: dict[str, Any], retry_count: int, raw: bytes) -> Reply:
+    async def handle(self, body: dict[str, Any], retry_count: int, raw: bytes, render: Render | None = None) -> Reply:
         """Answer one ``POST /chat/completions``; an SDK retry of the last body replays its answer.
 
         Only a request marked as a retry (``x-stainless-retry-count`` > 0) with the same body is
         replayed: an unmarked identical body is a new turn (a program may ask the same twice).
         A retry of a call that failed is sampled again, so the program's retry policy works.
+        ``render`` makes the chat answer another dialect's (``body`` is then the translated chat
+        request and ``raw`` the program's own bytes); a replay gets the rendered answer again.
         """
         key = _body_key(raw)
         last = self._last
@@ -116,6 +127,8 @@ class Session:
         self._last = (key, future)
         try:
             reply, call = await self._answer(body)
+            if render is not None:
+                reply = render(reply, call)
         except BaseException as exc:
             future.set_result(((500, error_body(f"gateway error: {exc}", "server_error")), None))
             raise

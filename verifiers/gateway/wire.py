@@ -22,9 +22,11 @@ _HIDDEN_TOP = ("prompt_token_ids", "prompt_logprobs", "kv_transfer_params", "wei
 _HIDDEN_CHOICE = ("token_ids", "prompt_token_ids")
 
 
-def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+def error_body(
+    message: str, kind: str = "invalid_request_error", code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
     """An OpenAI-style error object (the SDKs read ``error.message``)."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def program_args(body: dict[str, Any]) -> dict[str, Any]:
