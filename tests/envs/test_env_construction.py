@@ -156,7 +156,7 @@ def test_completion_mode_question_is_the_prompt() -> None:
 @pytest.mark.parametrize("extra", [{"system_prompt": "SYS"}, {"few_shot": FEW_SHOT}])
 def test_system_prompt_or_few_shot_in_completion_mode_is_refused(extra: dict) -> None:
     """A text prompt has no roles: joining them to the question would guess a format (0.1.5 refused too)."""
-    with pytest.raises(vf.ConfigError, match='not supported for completion tasks.*pre-format your dataset'):
+    with pytest.raises(vf.ConfigError, match=r'not supported for completion tasks.*pre-format your dataset'):
         vf.SingleTurnEnv(dataset=[{"question": "q", "answer": "x"}], message_type="completion", **extra)
 
 
