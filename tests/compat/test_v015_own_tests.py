@@ -413,3 +413,20 @@ def test_xml_parser_field_spec_errors_and_format_reward_values() -> None:
     assert good == 1.0  # 0.1.5: 1.0
     # deliberate (docs/compat.md, "Format reward is strict"): 0.1.5 gave plain text 0.2
     assert reward([{"role": "assistant", "content": "Just plain text without XML"}]) == 0.0
+
+
+async def test_an_overridden_run_rollouts_gets_the_dataset_repeated() -> None:
+    """0.1.5 ``evaluate``: ``inputs.repeat(rollouts_per_example)`` (a,b,a,b), then ``run_rollouts``;
+    the override path dropped the repeats before."""
+    seen: list[list[str]] = []
+
+    class Logged(vf.SingleTurnEnv):
+        async def run_rollouts(self, client, model, prompts, *args, **kwargs):
+            seen.append([p[-1]["content"] for p in prompts])
+            return await super().run_rollouts(client, model, prompts, *args, **kwargs)
+
+    client = AsyncMock()
+    client.chat.completions.create.return_value = mock_chat("4")
+    env = Logged(dataset=[{"question": "a"}, {"question": "b"}], rubric=vf.Rubric(funcs=[f1]))
+    out = await env.a_evaluate(client, "m", rollouts_per_example=2, interleave_scoring=False)
+    assert seen == [["a", "b", "a", "b"]] and out.reward == [1.0] * 4
