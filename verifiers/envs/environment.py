@@ -216,8 +216,10 @@ class Environment(LegacyEnvironmentMethods, ABC):
             # A warning, not an error: 0.1.x built such an environment (its tests use one to check
             # process_env_results), and only a rollout of such a row cannot work; `rollout` refuses it.
             logger.warning(
-                "%s; %d of %d rows are like this and their rollouts will fail", _prompt_mismatch(wrong[0], self.message_type),
-                len(wrong), len(rows),
+                "%s; %d of %d rows are like this and their rollouts will fail",
+                _prompt_mismatch(wrong[0], self.message_type),
+                len(wrong),
+                len(rows),
             )
         return _FormattedDataset(rows, data)
 
@@ -443,7 +445,8 @@ class Environment(LegacyEnvironmentMethods, ABC):
 
 def _overrides_score_rollouts(rubric: Any) -> bool:
     """Whether ``rubric.score_rollouts`` is someone else's: a subclass's or one set on the instance."""
-    return "score_rollouts" in vars(rubric) or getattr(type(rubric), "score_rollouts", None) is not Rubric.score_rollouts
+    own = getattr(rubric, "__dict__", {})
+    return "score_rollouts" in own or getattr(type(rubric), "score_rollouts", None) is not Rubric.score_rollouts
 
 
 class _FormattedDataset:
