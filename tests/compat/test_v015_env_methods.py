@@ -197,10 +197,21 @@ def test_single_turn_env_response_is_0_1_5s() -> None:
     assert messages == [{"role": "user", "content": ""}] and returned is state
 
 
-def test_completion_mode_with_chat_prompts_is_refused_with_the_fix() -> None:
+async def test_completion_mode_with_chat_prompts_warns_then_refuses_the_rollout(
+    caplog: pytest.LogCaptureFixture, client
+) -> None:
+    """0.1.5 built the environment (its own tests do, to check process_env_results) and failed with an
+    AssertionError in the rollout: a warning naming the fix when built, a ConfigError per rollout here."""
+    chat_rows = [{"prompt": [{"role": "user", "content": "hi"}], "answer": "x"}]
+    with caplog.at_level("WARNING"):
+        env = vf.SingleTurnEnv(dataset=chat_rows, message_type="completion", rubric=vf.Rubric(funcs=[]))
+    assert "dataset row 0: 'prompt' must be a string when message_type is 'completion'" in caplog.text
+    assert "use message_type='chat'" in caplog.text
+    out = await env.a_evaluate(client, "m")
+    assert out.results[0].error.type == "ConfigError" and "message_type='completion'" in out.results[0].error.message
+    # inputs given to generate are checked at once (nothing was built with them)
     with pytest.raises(ValueError, match="must be a string when message_type is 'completion'"):
-        vf.SingleTurnEnv(dataset=[{"prompt": [{"role": "user", "content": "hi"}], "answer": "x"}],
-                         message_type="completion")
+        await env.a_generate(chat_rows, client, "m")
 
 
 # -- parsing responses and training rows --------------------------------------------------------------

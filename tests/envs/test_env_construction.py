@@ -133,18 +133,31 @@ def test_bad_message_type_is_a_config_error() -> None:
         vf.SingleTurnEnv(dataset=[{"question": "q"}], message_type="tokens")  # type: ignore[arg-type]
 
 
-def test_string_prompt_in_chat_mode_is_a_config_error() -> None:
-    with pytest.raises(vf.ConfigError, match="chat"):
-        vf.SingleTurnEnv(dataset=[{"prompt": "raw text"}])
+async def test_string_prompt_in_chat_mode_warns_and_its_rollout_is_refused(
+    caplog: pytest.LogCaptureFixture, server: ScriptedServer, client
+) -> None:
+    """Built with a warning naming the row and the fix (0.1.x built it too); no request is sent for it."""
+    with caplog.at_level("WARNING"):
+        env = vf.SingleTurnEnv(dataset=[{"prompt": "raw text"}, {"question": "fine"}])
+    assert "dataset row 0: 'prompt' is a string but message_type is 'chat'" in caplog.text
+    assert "1 of 2 rows" in caplog.text
+    out = await env.a_evaluate(client, "m")
+    assert [r.error.type if r.error else None for r in out.results] == ["ConfigError", None]
+    assert server.n_requests == 1
+    with pytest.raises(vf.ConfigError, match="'prompt' is a string but message_type is 'chat'"):
+        await env.a_generate([{"prompt": "raw text"}], client, "m")  # generate's own inputs: at once
 
 
-def test_completion_mode_prompt_is_text(server: ScriptedServer) -> None:
-    env = vf.SingleTurnEnv(
-        dataset=[{"question": "Continue this", "answer": "x"}],
-        system_prompt="SYS",
-        message_type="completion",
-    )
-    assert env.dataset[0]["prompt"] == "SYS\n\nContinue this"
+def test_completion_mode_question_is_the_prompt() -> None:
+    env = vf.SingleTurnEnv(dataset=[{"question": "Continue this", "answer": "x"}], message_type="completion")
+    assert env.dataset[0]["prompt"] == "Continue this"
+
+
+@pytest.mark.parametrize("extra", [{"system_prompt": "SYS"}, {"few_shot": FEW_SHOT}])
+def test_system_prompt_or_few_shot_in_completion_mode_is_refused(extra: dict) -> None:
+    """A text prompt has no roles: joining them to the question would guess a format (0.1.5 refused too)."""
+    with pytest.raises(vf.ConfigError, match=r'not supported for completion tasks.*pre-format your dataset'):
+        vf.SingleTurnEnv(dataset=[{"question": "q", "answer": "x"}], message_type="completion", **extra)
 
 
 async def test_completion_mode_uses_v1_completions(server: ScriptedServer, client) -> None:

@@ -191,17 +191,23 @@ class CreateMethodChatClient:
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    async def _call(self, create: Any, timeout: float | None, **kwargs: Any) -> Any:
+    @staticmethod
+    async def _invoke(create: Any, timeout: float | None, **kwargs: Any) -> Any:
+        """``create(**kwargs)``, awaited or run in a worker thread; its return value and exceptions as they are."""
         if timeout is not None and _accepts(create, "timeout"):
             kwargs["timeout"] = timeout
         if inspect.iscoroutinefunction(create):
             pending: Any = create(**kwargs)
         else:
             pending = asyncio.to_thread(create, **kwargs)
+        result = await asyncio.wait_for(pending, timeout) if timeout is not None else await pending
+        if inspect.isawaitable(result):  # a sync-looking callable that returns a coroutine
+            result = await result
+        return result
+
+    async def _call(self, create: Any, timeout: float | None, **kwargs: Any) -> Any:
         try:
-            result = await asyncio.wait_for(pending, timeout) if timeout is not None else await pending
-            if inspect.isawaitable(result):  # a sync-looking callable that returns a coroutine
-                result = await result
+            result = await self._invoke(create, timeout, **kwargs)
         except (asyncio.CancelledError, ModelError):
             raise
         except TimeoutError as exc:
@@ -209,6 +215,34 @@ class CreateMethodChatClient:
         except Exception as exc:
             raise map_openai_error(exc) from exc
         return to_plain(result)
+
+    def _completions_create(self) -> Any:
+        completions = getattr(self.client, "completions", None)
+        if completions is None or not callable(getattr(completions, "create", None)):
+            from verifiers.errors import ConfigError
+
+            raise ConfigError(
+                f"{type(self.client).__name__} has no completions.create: completion-mode "
+                "environments (message_type='completion') need one"
+            )
+        return completions.create
+
+    async def create(
+        self, model: str, prompt: Messages, *, tools: list[dict[str, Any]] | None = None,
+        sampling_args: SamplingArgs | None = None,
+    ) -> Any:
+        """The client's own ``create``, called as 0.1.5's ``get_model_response`` called it, with what it
+        returned handed back unread and what it raised re-raised as it is (0.1.5 did both; 0.1.x tests
+        give a mock ``create`` that returns a placeholder and inspect only the arguments it got)."""
+        if isinstance(prompt, str):
+            kwargs: dict[str, Any] = {"model": model, "prompt": prompt}
+            kwargs.update(v01_request_args(prompt, sampling_args, "completion"))
+            return await self._invoke(self._completions_create(), None, **kwargs)
+        kwargs = {"model": model, "messages": list(prompt)}
+        if tools:
+            kwargs["tools"] = tools
+        kwargs.update(v01_request_args(prompt, sampling_args, "chat"))
+        return await self._invoke(self.client.chat.completions.create, None, **kwargs)
 
     async def chat(
         self,
@@ -234,17 +268,10 @@ class CreateMethodChatClient:
         sampling_args: SamplingArgs | None = None,
         timeout: float | None = None,
     ) -> ModelResponse:
-        completions = getattr(self.client, "completions", None)
-        if completions is None or not callable(getattr(completions, "create", None)):
-            from verifiers.errors import ConfigError
-
-            raise ConfigError(
-                f"{type(self.client).__name__} has no completions.create: completion-mode "
-                "environments (message_type='completion') need one"
-            )
+        create = self._completions_create()
         kwargs: dict[str, Any] = {"model": model, "prompt": prompt}
         kwargs.update(v01_request_args(prompt, sampling_args, "completion"))
-        data = await self._call(completions.create, timeout, **kwargs)
+        data = await self._call(create, timeout, **kwargs)
         return parse_completion_response(data)
 
 

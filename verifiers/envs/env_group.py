@@ -48,6 +48,12 @@ class EnvGroupRubric(Rubric):
         return names
 
     @property
+    def all_reward_names(self) -> list[str]:
+        """Every environment's reward function names, unique and sorted (0.1.x's attribute; read live,
+        so functions added to a member rubric later are included)."""
+        return sorted(self.get_reward_func_names())
+
+    @property
     def has_group_funcs(self) -> bool:
         return any(e.rubric.has_group_funcs for e in self.env_map.values())
 
@@ -67,11 +73,15 @@ class EnvGroupRubric(Rubric):
 
 class EnvGroup(Environment):
     def __init__(self, envs: Sequence[Environment], env_names: Sequence[str] | None = None, **kwargs: Any) -> None:
-        if not envs:  # ConfigError is a ValueError, as 0.1.x raised
-            raise ConfigError("EnvGroup needs at least one environment")
+        # ConfigError is a ValueError, as 0.1.x raised; the messages start with 0.1.5's words
+        if not envs:
+            raise ConfigError("EnvGroup requires at least one environment: pass envs=[env, ...]")
         names = list(env_names) if env_names else [f"env_{i}" for i in range(len(envs))]
         if len(names) != len(envs):
-            raise ConfigError(f"EnvGroup got {len(envs)} environments but {len(names)} env_names: give one name each")
+            raise ConfigError(
+                f"Number of env_names must match number of envs: got {len(envs)} environments and "
+                f"{len(names)} env_names; give one name per environment"
+            )
         if len(set(names)) != len(names):
             raise ConfigError(f"EnvGroup needs one unique name per environment; env_names={names}")
         self.envs = list(envs)

@@ -60,6 +60,18 @@ def _parse_info(info: Any) -> Info:
     raise ConfigError(f"dataset column 'info' must be a dict or JSON string, got {type(info).__name__}")
 
 
+def _prompt_mismatch(index: int, message_type: MessageType) -> str:
+    if message_type == "completion":
+        return (
+            f"dataset row {index}: 'prompt' must be a string when message_type is 'completion', got chat messages; "
+            "give text prompts or use message_type='chat'"
+        )
+    return (
+        f"dataset row {index}: 'prompt' is a string but message_type is 'chat'; give a list of messages "
+        "(or a 'question' column) or use message_type='completion'"
+    )
+
+
 def _to_rows(data: Any) -> list[dict[str, Any]]:
     """Rows from an HF Dataset, a list of dicts, or a dict of columns."""
     if data is None:
@@ -99,17 +111,31 @@ class Environment(LegacyEnvironmentMethods, ABC):
         env_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        # 0.1.x environments had ``self.logger`` (their subclasses log through it), looked up here
+        self.logger = logging.getLogger(f"verifiers.envs.{type(self).__name__}")
         if message_type not in ("chat", "completion"):
             raise ConfigError(f"message_type must be 'chat' or 'completion', got {message_type!r}")
+        if message_type == "completion" and (system_prompt or few_shot):
+            # 0.1.5's error and words: a text prompt has no system role, and any way of joining one
+            # (or few-shot messages) to the question would be a guess at the format the model expects
+            raise ConfigError(
+                'The fields "system_prompt" and "few_shot" are not supported for completion tasks. '
+                'Please use message_type="chat" instead, or pre-format your dataset to contain a "prompt" '
+                "column (the exact text the model continues)."
+            )
         if dataset is None and eval_dataset is None:
             raise ConfigError(
-                f"{type(self).__name__} needs a dataset: pass dataset=... (training) and/or eval_dataset=... (evaluation)"
+                f"Either dataset or eval_dataset must be provided: {type(self).__name__} got neither; pass "
+                "dataset=... (training) and/or eval_dataset=... (evaluation)"
             )
         self.message_type: MessageType = message_type
         self.system_prompt = system_prompt
         self.few_shot = list(few_shot or [])
         self.parser = parser if parser is not None else Parser()
         self.rubric = rubric if rubric is not None else Rubric(parser=self.parser)
+        if type(self.parser) is not type(getattr(self.rubric, "parser", self.parser)):
+            # 0.1.5's warning, word for word (tests match it); without a rubric it gets this parser
+            self.logger.warning("The parser and rubric parser are different. This may cause unexpected behavior.")
         self.sampling_args: SamplingArgs = self._initial_sampling_args(sampling_args)
         self.max_concurrent = max_concurrent
         if oai_tools is not None or not hasattr(self, "oai_tools"):
@@ -143,7 +169,9 @@ class Environment(LegacyEnvironmentMethods, ABC):
         messages.append({"role": "user", "content": prompt})
         return messages
 
-    def _format_row(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+    def _format_row(self, row: dict[str, Any], index: int, lenient: bool = False) -> dict[str, Any]:
+        """One dataset row in the engine's shape. A prompt of the wrong kind for ``message_type``
+        (chat messages in completion mode, text in chat mode) raises, or with ``lenient`` is kept."""
         prompt = row.get("prompt")
         if prompt is None:
             if "question" not in row:
@@ -155,13 +183,13 @@ class Environment(LegacyEnvironmentMethods, ABC):
             if self.message_type == "chat":
                 prompt = self.format_prompt(question, self.system_prompt, self.few_shot)
             else:
-                prompt = f"{self.system_prompt}\n\n{question}" if self.system_prompt else question
+                prompt = question
+        elif isinstance(prompt, str) != (self.message_type == "completion"):
+            if not lenient:
+                raise ConfigError(_prompt_mismatch(index, self.message_type))
+            # kept as it is (0.1.x built such an environment too): `rollout` refuses the row
         elif self.message_type == "chat":
-            if isinstance(prompt, str):
-                raise ConfigError(f"dataset row {index}: 'prompt' is a string but message_type is 'chat'")
             prompt = [_clean_message(m) for m in prompt]
-        elif not isinstance(prompt, str):
-            raise ConfigError(f"dataset row {index}: 'prompt' must be a string when message_type is 'completion'")
         example_id = row.get("example_id", row.get("id", index))
         if not isinstance(example_id, int):
             example_id = index
@@ -180,9 +208,19 @@ class Environment(LegacyEnvironmentMethods, ABC):
         An HF ``Dataset`` stays an HF ``Dataset`` (users call ``.select``/``.map`` on
         ``env.dataset``); the formatted rows are cached for the engine.
         """
-        rows = [self._format_row(r, i) for i, r in enumerate(_to_rows(data))]
+        rows = [self._format_row(r, i, lenient=True) for i, r in enumerate(_to_rows(data))]
         if not rows:
             raise ConfigError("the dataset is empty")
+        wrong = [i for i, r in enumerate(rows) if isinstance(r["prompt"], str) != (self.message_type == "completion")]
+        if wrong:
+            # A warning, not an error: 0.1.x built such an environment (its tests use one to check
+            # process_env_results), and only a rollout of such a row cannot work; `rollout` refuses it.
+            logger.warning(
+                "%s; %d of %d rows are like this and their rollouts will fail",
+                _prompt_mismatch(wrong[0], self.message_type),
+                len(wrong),
+                len(rows),
+            )
         return _FormattedDataset(rows, data)
 
     def get_dataset(self, n: int = -1, seed: int | None = None) -> Any:
@@ -317,27 +355,40 @@ class Environment(LegacyEnvironmentMethods, ABC):
         """
         rows = self._input_rows(inputs)
         limit = max_concurrent_generation if max_concurrent_generation is not None else max_concurrent
+        limit = self.max_concurrent if limit is None else limit
         if type(self).run_rollouts is not LegacyEnvironmentMethods.run_rollouts and not (
             score_rollouts and interleave_scoring
         ):
             # 0.1.5 went through self.run_rollouts on this path, and subclasses override it
             return await self._generate_v01(
-                rows, client, model, sampling_args, score_rollouts,
-                self.max_concurrent if limit is None else limit, **kwargs,
+                rows * rollouts_per_example, client, model, sampling_args, score_rollouts, limit, **kwargs
             )
+        # 0.1.5's non-interleaved path scored the whole batch with rubric.score_rollouts: where that
+        # is not ours (a subclass's, or a mock a 0.1.x test put on the rubric) it is called the same way
+        batch_scored = score_rollouts and not interleave_scoring and _overrides_score_rollouts(self.rubric)
         results = await run_rollouts(
             self,
             client,
             model,
             self.build_inputs(rows, rollouts_per_example, dataset_order=True),
             sampling_args=sampling_args,
-            max_concurrent=self.max_concurrent if limit is None else limit,
+            max_concurrent=limit,
             rollout_timeout_s=self.rollout_timeout_s if rollout_timeout_s is None else rollout_timeout_s,
-            score=score_rollouts,
+            score=score_rollouts and not batch_scored,
             on_group=on_group,
             on_rollout=on_rollout,
         )
-        return GenerateOutputs.from_results(results, scored=score_rollouts)
+        out = GenerateOutputs.from_results(results, scored=score_rollouts and not batch_scored)
+        if batch_scored:
+            scores = await self.rubric.score_rollouts(
+                prompts=out.prompt, completions=out.completion, answers=out.answer, states=out.state,
+                tasks=out.task, infos=out.info, max_concurrent=limit, apply_weights=True,
+            )
+            out.reward, out.metrics = list(scores.reward), dict(scores.metrics)
+            for i, r in enumerate(results):
+                r.reward = out.reward[i] if i < len(out.reward) else 0.0
+                r.metrics = {k: v[i] for k, v in out.metrics.items() if i < len(v)}
+        return out
 
     def generate(
         self,
@@ -390,6 +441,12 @@ class Environment(LegacyEnvironmentMethods, ABC):
     def evaluate(self, client: Any, model: str, *args: Any, **kwargs: Any) -> GenerateOutputs:
         """Evaluate on the eval split (or the training split when there is none); arguments as `a_evaluate`."""
         return run_sync(self.a_evaluate(client, model, *args, **kwargs))
+
+
+def _overrides_score_rollouts(rubric: Any) -> bool:
+    """Whether ``rubric.score_rollouts`` is someone else's: a subclass's or one set on the instance."""
+    own = getattr(rubric, "__dict__", {})
+    return "score_rollouts" in own or getattr(type(rubric), "score_rollouts", None) is not Rubric.score_rollouts
 
 
 class _FormattedDataset:

@@ -17,9 +17,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from verifiers.clients.create_client import v01_request_args
+from verifiers.clients.create_client import CreateMethodChatClient, v01_request_args
+from verifiers.clients.errors import map_openai_error
 from verifiers.clients.openai_client import as_chat_client, get_model_response
-from verifiers.clients.response import ResponseView, overlong_prompt_response
+from verifiers.clients.response import ModelResponse, ResponseView, overlong_prompt_response
 from verifiers.errors import ConfigError, EnvError, OverlongPromptError
 from verifiers.rollout import retokenize
 from verifiers.rollout.tokens import process_results_from_tokens
@@ -53,9 +54,13 @@ def _logprobs_field(response: Any, field: str, endpoint: str) -> Any:
 
 
 def _own_tokens(response: Any) -> Any:
-    """The token record our clients keep on a response (`ResponseView` / `ModelResponse`), if any."""
+    """The token record our clients keep on a response (`ResponseView` / `ModelResponse`), if any.
+
+    Only our own response types are asked: any other object (an SDK object, a ``Mock`` a 0.1.x
+    test put in ``state["responses"]``, which answers every attribute) is read as 0.1.5 read it.
+    """
     inner = response.response if isinstance(response, ResponseView) else response
-    return getattr(inner, "tokens", None) if not isinstance(inner, dict) else None
+    return inner.tokens if isinstance(inner, ModelResponse) else None
 
 
 class LegacyEnvironmentMethods:
@@ -75,15 +80,20 @@ class LegacyEnvironmentMethods:
         message_type: MessageType | None = None,
         **kwargs: Any,
     ) -> Any:
-        """One model call, as 0.1.5 made it; returns the openai SDK's ``ChatCompletion`` / ``Completion``.
+        """One model call, as 0.1.5 made it.
 
-        ``client`` is whatever a rollout gets (an ``AsyncOpenAI``, a wrapper or mock with
-        ``chat.completions.create``, a `ChatClient`). A prompt over the server's context
-        length gives 0.1.5's placeholder response (``id == "overlong-prompt"``,
-        ``finish_reason == "length"``) instead of an error. Completion mode refuses tools.
-        The turn loop of `MultiTurnEnv` calls this method only when a subclass overrides it
-        (then with 0.1.5's keyword arguments); otherwise it takes a faster path with an
-        equivalent request (``max_tokens`` left as it is: servers accept both names).
+        ``client`` is whatever a rollout gets. An ``AsyncOpenAI`` / ``OpenAI`` client or a
+        `ChatClient` gives the openai SDK's ``ChatCompletion`` / ``Completion``. Any other
+        object with ``chat.completions.create`` (a wrapper, a mock, a client whose ``create``
+        was patched) has that ``create`` called with 0.1.5's arguments and its return value
+        handed back unread, whatever it is, and its exceptions re-raised, as 0.1.5 did. A
+        prompt over the server's context length gives 0.1.5's placeholder response
+        (``id == "overlong-prompt"``, ``finish_reason == "length"``) instead of an error.
+        Completion mode refuses tools. Only ``self.message_type`` is read (0.1.x tests call
+        this on a stand-in ``self``). The turn loop of `MultiTurnEnv` calls this method only
+        when a subclass overrides it (then with 0.1.5's keyword arguments); otherwise it
+        takes a faster path with an equivalent request (``max_tokens`` left as it is: servers
+        accept both names).
         """
         message_type = message_type or self.message_type
         if message_type == "completion":
@@ -93,9 +103,17 @@ class LegacyEnvironmentMethods:
                 raise ConfigError("a completion-mode call needs a string prompt, got chat messages")
         elif isinstance(prompt, str):
             raise ConfigError("a chat-mode call needs a list of messages, got a string prompt")
+        chat_client = as_chat_client(client)
+        if isinstance(chat_client, CreateMethodChatClient):  # the caller's own create: its result as is
+            try:
+                return await chat_client.create(model, prompt, tools=oai_tools or None, sampling_args=sampling_args)
+            except Exception as exc:
+                if isinstance(map_openai_error(exc), OverlongPromptError):
+                    return overlong_prompt_response(message_type)
+                raise
         args = v01_request_args(prompt, sampling_args, message_type)
         try:
-            response = await get_model_response(as_chat_client(client), model, prompt, tools=oai_tools or None, sampling_args=args)
+            response = await get_model_response(chat_client, model, prompt, tools=oai_tools or None, sampling_args=args)
         except OverlongPromptError:
             return overlong_prompt_response(message_type)
         return ResponseView(response).sdk

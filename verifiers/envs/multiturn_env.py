@@ -22,7 +22,7 @@ from verifiers.clients.openai_client import ChatClient, as_chat_client, get_mode
 from verifiers.clients.response import OVERLONG_PROMPT_ID, ModelResponse, ResponseView
 from verifiers.envs.environment import Environment
 from verifiers.envs.legacy import LegacyEnvironmentMethods
-from verifiers.errors import EnvError, OverlongPromptError
+from verifiers.errors import ConfigError, EnvError, OverlongPromptError
 from verifiers.types import Info, Message, Messages, SamplingArgs, State, Usage, as_tool_calls
 
 # Set when the turn limit was found reached during the current task's `is_completed` call, so the
@@ -159,6 +159,15 @@ class MultiTurnEnv(Environment):
         chat_client = as_chat_client(client)
         args = self.merge_sampling_args(sampling_args)
         completion_mode = isinstance(prompt, str)
+        if completion_mode != (self.message_type == "completion"):
+            # a dataset row of the wrong kind (the environment was built with a warning); 0.1.x asserted here
+            kind, wanted, other = ("text", "chat messages", "completion") if completion_mode else (
+                "chat messages", "text", "chat"
+            )
+            raise ConfigError(
+                f"{type(self).__name__} has message_type={self.message_type!r} but this prompt is {kind}; "
+                f"give {wanted} prompts or use message_type={other!r}"
+            )
         state = self.init_state(prompt, answer, task, info, state)
         started = time.perf_counter()
         new_state = await maybe_await(self.setup_state(state, **kwargs))

@@ -8,6 +8,7 @@ here accepts all three so that environments never have to special-case them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -88,6 +89,8 @@ class Parser:
 
     def __init__(self, extract_fn: Callable[[str], Any] = identity) -> None:
         self.extract_fn = extract_fn
+        # 0.1.x parsers had ``self.logger`` and their subclasses log through it (loggers pickle by name)
+        self.logger = logging.getLogger(f"verifiers.parsers.{type(self).__name__}")
 
     def parse(self, text: str) -> Any:
         """Parse one message's text. The base class only applies ``extract_fn``."""

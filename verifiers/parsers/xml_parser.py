@@ -42,19 +42,19 @@ class XMLParser(Parser):
         self._fields: list[tuple[str, tuple[str, ...]]] = []
         self._tag_to_field: dict[str, int] = {}
         for entry in fields:
-            # 0.1.x's checks and exception types: TypeError for a wrong type, ValueError for a bad value
+            # 0.1.5's checks, exception types and first words: TypeError for a wrong type, ValueError for a bad value
             if not isinstance(entry, str | tuple):
-                raise TypeError(f"XMLParser: each field must be a string or a tuple of strings, got {entry!r}")
+                raise TypeError(f"Each field must be a string or a tuple of strings. XMLParser got {entry!r}")
             names = (entry,) if isinstance(entry, str) else entry
             if not names:
-                raise ValueError("XMLParser field alternatives must not be empty")
+                raise ValueError("Field tuple cannot be empty. Give one or more tag names, e.g. ('code', 'answer')")
             for name in names:
                 if not isinstance(name, str):
-                    raise TypeError(f"XMLParser: all alternatives in a tuple must be strings, got {name!r} in {entry!r}")
+                    raise TypeError(f"All alternatives in a tuple must be strings. XMLParser got {name!r} in {entry!r}")
                 if not _TAG_NAME.match(name):
                     raise ValueError(f"invalid XML tag name: {name!r}")
                 if name in self._tag_to_field:
-                    raise ValueError(f"tag {name!r} is declared more than once")
+                    raise ValueError(f"Duplicate field name: {name} (a tag name may be declared only once)")
                 self._tag_to_field[name] = len(self._fields)
             self._fields.append((names[0], names))
         self.answer_field = answer_field

@@ -38,7 +38,12 @@ def _as_ids(value: Any) -> list[int]:
 
 
 def _templated(processing_class: Any, messages: list[Message], add_generation_prompt: bool = False) -> list[int]:
-    return _as_ids(processing_class.apply_chat_template(conversation=messages, add_generation_prompt=add_generation_prompt))
+    """``apply_chat_template`` called as 0.1.5 called it: ``conversation=`` by keyword, and
+    ``add_generation_prompt`` only when it is True (a stand-in tokenizer in a 0.1.x test may
+    default it otherwise; transformers' default is False)."""
+    if add_generation_prompt:
+        return _as_ids(processing_class.apply_chat_template(conversation=messages, add_generation_prompt=True))
+    return _as_ids(processing_class.apply_chat_template(conversation=messages))
 
 
 def _template_ids(processing_class: Any, messages: Sequence[Message], add_generation_prompt: bool) -> list[int]:

@@ -51,17 +51,22 @@ async def run_single(
     t0 = time.perf_counter()
     error: RolloutError | None = None
     stop_reason: str | None = None
+    finished_completion: Any = None
     per_input = inp.extra.get("sampling_args") if inp.extra else None
     if per_input:  # e.g. a trainer's per-sample seed, so each sample is reproducible on its own
         sampling_args = {**(sampling_args or {}), **per_input}
     timeout_cm = asyncio.timeout(rollout_timeout_s)
     try:
         async with timeout_cm:
-            _, returned = await env.rollout(
+            returned_completion, returned = await env.rollout(
                 client, model, inp.prompt, inp.answer, inp.task, inp.info, sampling_args, state=state
             )
         if isinstance(returned, dict) and returned is not state:
             state.update(returned)
+        if isinstance(returned_completion, (list, str)):
+            # what the rollout returned is its completion (a 0.1.x rollout returns a state of its own,
+            # without one); state["completion"] is what a rollout that raised got to
+            finished_completion = returned_completion
     except TimeoutError as exc:
         if timeout_cm.expired():
             stop_reason = "timeout"
@@ -78,7 +83,7 @@ async def run_single(
         stop_reason = "error"
     await _cleanup(env, state)
     gen_s = time.perf_counter() - t0
-    completion = state.get("completion")
+    completion = finished_completion if finished_completion is not None else state.get("completion")
     if completion is None:
         completion = "" if isinstance(inp.prompt, str) else []
     usage = state.get("usage")
