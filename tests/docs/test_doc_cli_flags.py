@@ -112,6 +112,8 @@ FOREIGN = {
     "--tools": "benchmarks/agentic_copy_probe.py", "--ahead": "benchmarks/trainer_step.py",
     "--cpu": "accelerate", "--modes": "benchmarks/scale.py",
     "--size": "benchmarks/trainer_step.py", "--rounds": "benchmarks/trainer_step.py",
+    "--stream": "tests/agents/programs/openai_agents_default.py",
+    "--chain": "tests/agents/programs/openai_agents_default.py",
 }
 
 
