@@ -182,3 +182,13 @@ def test_find_gguf(tmp_path: Path) -> None:
     assert find_gguf(tmp_path / "missing") is None
     with pytest.raises(ConfigError, match=r"not a \.gguf file nor a directory holding exactly one"):
         convert_gguf(tmp_path / "two", cache_dir=tmp_path / "cache")
+
+
+def test_missing_extra_names_the_install_command(tiny_gguf: Any, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    real = gguf_mod.importlib.util.find_spec
+    monkeypatch.setattr(gguf_mod.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name))
+    with pytest.raises(ConfigError) as err:
+        convert_gguf(tiny_gguf.path, cache_dir=tmp_path / "cache", log=lambda line: None)
+    assert "converting a GGUF file needs gguf, which comes with the gguf extra: pip install" in str(err.value)
+    assert "[gguf]" in str(err.value)

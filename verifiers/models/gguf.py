@@ -72,10 +72,9 @@ def check_conversion_deps() -> None:
     """Raise `ConfigError` naming the install command when a module the conversion needs is missing."""
     missing = [m for m in _NEEDS if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(
-            f"converting a GGUF file needs {', '.join(missing)}, which come with the gguf extra: "
-            f"{install_command('gguf')}"
-        )
+        verb = "comes" if len(missing) == 1 else "come"
+        raise ConfigError(f"converting a GGUF file needs {', '.join(missing)}, which {verb} with the gguf extra: "
+                          f"{install_command('gguf')}")
 
 
 def gguf_architecture(path: str | Path) -> str:
