@@ -139,6 +139,7 @@ def test_vf_serve_serves_a_gguf_file(tiny_gguf: Any, model_cache: Path, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_vf_train_takes_a_gguf_model(tiny_gguf: Any, model_cache: Path, tmp_path: Path) -> None:
     env = {**os.environ, "VF_MODEL_CACHE": str(model_cache), "PYTHONPATH": str(REPO)}
     out = tmp_path / "run"

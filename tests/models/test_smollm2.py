@@ -22,7 +22,8 @@ import pytest
 from verifiers.inference.model_source import resolve_model
 from verifiers.models.registry import KNOWN, get_model
 
-pytestmark = pytest.mark.slow
+# The first test downloads and converts the model (about a minute on 2 busy cores); vf-serve loads it.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 NAME = "smollm2-135m-instruct"
 

@@ -18,10 +18,12 @@ import pytest
 from verifiers.inference.vllm_admin import VLLMAdmin
 from verifiers.models.registry import get_model
 
+pytest.importorskip("gguf", reason="the gguf extra is not installed (pip install -e '.[gguf]')")
 NAME = "smollm2-135m-instruct"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the model's first download and conversion, then vLLM's start (about a minute)
 def test_vf_vllm_serves_the_converted_registry_model(tmp_path: Path, child_env: dict[str, str]) -> None:
     model_dir = get_model(NAME, log=lambda line: print(line, file=sys.stderr))  # fetched outside the timed start
     log = tmp_path / "vllm.log"
