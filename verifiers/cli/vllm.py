@@ -22,7 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a model with vLLM, configured for training with vf-train. "
                     "Arguments after `--` go to vLLM unchanged.",
     )
-    ap.add_argument("model_dir", help="directory written by save_pretrained (e.g. by vf-tiny)")
+    ap.add_argument("model_dir", metavar="MODEL",
+                    help="a directory written by save_pretrained (e.g. by vf-tiny), a .gguf file (converted once, "
+                         "cached), a registry name (vf-model list) or a Hugging Face model id")
     ap.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000, help="port (0 = a free one)")
     ap.add_argument("--served-model-name", default="policy",
@@ -46,10 +48,17 @@ def main(argv: list[str] | None = None) -> int:
         i = args_in.index("--")
         args_in, extra = args_in[:i], args_in[i + 1 :]
     args = build_parser().parse_args(args_in)
+    from verifiers.inference.model_source import resolve_model
     from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
 
+    try:  # vLLM is given a save_pretrained directory: a GGUF or a registry name is converted first
+        model_dir = str(resolve_model(args.model_dir, log=lambda line: print(f"vf-vllm: {line}", file=sys.stderr,
+                                                                               flush=True)))
+    except ConfigError as exc:
+        print(f"vf-vllm: {exc}", file=sys.stderr)
+        return 2
     spec = VLLMServerSpec(
-        model_dir=args.model_dir, host=args.host, port=args.port, served_model_name=args.served_model_name,
+        model_dir=model_dir, host=args.host, port=args.port, served_model_name=args.served_model_name,
         api_key=args.api_key, device=args.device, dtype=args.dtype, kv_cache_gib=args.kv_cache_gib,
         cpu_cores=args.cpu_cores, enable_lora=args.enable_lora, max_lora_rank=args.max_lora_rank,
         extra_args=extra,
@@ -63,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt  # SIGTERM stops the server the same way as Ctrl-C
 
     signal.signal(signal.SIGTERM, on_signal)
-    print(f"vf-vllm: starting vLLM for {args.model_dir} (log: {server.log_path})", file=sys.stderr, flush=True)
+    print(f"vf-vllm: starting vLLM for {model_dir} (log: {server.log_path})", file=sys.stderr, flush=True)
     try:
         server.start(timeout_s=args.startup_timeout)
         print(server.base_url, flush=True)

