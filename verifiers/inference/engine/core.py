@@ -163,6 +163,8 @@ class InferenceEngine:
         graphs = self._decoder.graph_reason or (graphed.failed if graphed is not None else None)
         if graphs is None:
             return "the engine's own decoding step, replayed from CUDA graphs"
+        if self.device.type != "cuda":  # graphs are a GPU matter: nothing to explain on a CPU
+            return "the engine's own decoding step"
         return f"the engine's own decoding step (no CUDA graphs: {graphs})"
 
     def start(self) -> InferenceEngine:
