@@ -23,7 +23,7 @@ here before anything runs).
 
 The last line printed is one JSON object.
 
-    python benchmarks/real_model.py [--model DIR] [--quick] [--engines serve,inprocess]
+    python benchmarks/real_model.py [--model DIR] [--quick] [--engines serve,inprocess] [--other-examples N]
     python benchmarks/real_model.py --train [--output_dir DIR] [--seed N] [--model DIR] [-- vf-train overrides]
 """
 
@@ -198,14 +198,17 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
     env_id, env_args = config_env()
     specs = [(env_id, env_args)] + ([] if args.only_arithmetic else other_envs())
     examples = 20 if args.quick else args.examples
+    others = 20 if args.quick else (args.other_examples or examples)
     envs = {name: load_env(name, kw) for name, kw in specs}
     check_splits(envs[env_id], env_id)
-    out: dict[str, Any] = {"model": str(model_dir), "examples": examples, "samples": args.samples,
+    out: dict[str, Any] = {"model": str(model_dir), "examples": examples, "other_examples": others,
+                           "samples": args.samples,
                            "max_tokens": args.max_tokens, "threads": args.threads}
     for kind in args.engines.split(","):
         with open_client(kind, model_dir, args.threads, args.seed) as client:
             for name, env in envs.items():
-                figures = asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
+                n = examples if name == env_id else others
+                figures = asyncio.run(evaluate(client, env, n, args.samples, args.max_tokens, args.concurrency))
                 out.setdefault(name, {})[kind] = figures
                 print(f"{name:14s} {kind:9s} {json.dumps(figures)}", flush=True)
     if "serve" in args.engines and "inprocess" in args.engines:
@@ -281,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="20 evaluation problems instead of 100")
     ap.add_argument("--examples", type=int, default=100, help="evaluation problems per environment")
+    ap.add_argument("--other-examples", type=int, default=None,
+                    help="baseline: problems of the two other environments (default: --examples)")
     ap.add_argument("--samples", type=int, default=4, help="samples per problem at temperature 1.0")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=256)
