@@ -202,15 +202,18 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
     envs = {name: load_env(name, kw) for name, kw in specs}
     check_splits(envs[env_id], env_id)
     out: dict[str, Any] = {"model": str(model_dir), "examples": examples, "other_examples": others,
-                           "samples": args.samples,
-                           "max_tokens": args.max_tokens, "threads": args.threads}
+                           "samples": args.samples, "max_tokens": args.max_tokens, "threads": args.threads}
+
+    async def every_env(client: Any, kind: str) -> None:  # one event loop per client (the in-process one needs it)
+        for name, env in envs.items():
+            n = examples if name == env_id else others
+            figures = await evaluate(client, env, n, args.samples, args.max_tokens, args.concurrency)
+            out.setdefault(name, {})[kind] = figures
+            print(f"{name:14s} {kind:9s} {json.dumps(figures)}", flush=True)
+
     for kind in args.engines.split(","):
         with open_client(kind, model_dir, args.threads, args.seed) as client:
-            for name, env in envs.items():
-                n = examples if name == env_id else others
-                figures = asyncio.run(evaluate(client, env, n, args.samples, args.max_tokens, args.concurrency))
-                out.setdefault(name, {})[kind] = figures
-                print(f"{name:14s} {kind:9s} {json.dumps(figures)}", flush=True)
+            asyncio.run(every_env(client, kind))
     if "serve" in args.engines and "inprocess" in args.engines:
         for name in envs:
             out[name]["agree"] = agree(out[name]["serve"], out[name]["inprocess"])
