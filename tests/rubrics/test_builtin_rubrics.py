@@ -168,6 +168,30 @@ def test_math_rubric_in_sync_evaluate(server: ScriptedServer) -> None:
     assert out.results[0].scoring_errors == []
 
 
+def test_math_equal_off_the_main_thread_prints_no_timeout_notice(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """Off the main thread no timeout is passed (SIGALRM); math-verify's "Timeout is disabled" notice
+    about it is dropped, while the answer is still checked."""
+    import threading
+
+    import math_verify.grader
+    import math_verify.parser
+
+    from verifiers.rubrics.math_rubric import math_equal
+
+    # math-verify prints the notice once per process: make this test see its first time.
+    monkeypatch.setattr(math_verify.parser, "TIMEOUT_WARNING_SHOWN", False)
+    monkeypatch.setattr(math_verify.grader, "TIMEOUT_WARNING_SHOWN", False)
+    results: list[bool] = []
+    with caplog.at_level("WARNING"):
+        worker = threading.Thread(target=lambda: results.extend([math_equal("\\boxed{12}", "12"), math_equal("7", "12")]))
+        worker.start()
+        worker.join()
+    assert results == [True, False]
+    assert math_verify.parser.TIMEOUT_WARNING_SHOWN and math_verify.grader.TIMEOUT_WARNING_SHOWN  # it did warn
+    assert not [r for r in caplog.records if "Timeout is disabled" in r.getMessage()]
+
+
 # -- ToolRubric ----------------------------------------------------------------------------
 
 

@@ -132,3 +132,36 @@ def plain_forward_lm(model: Any) -> Any:
     from trainers.grpo.learn.logprobs import _causal_lm
 
     return _causal_lm(model)
+
+
+def smollm2_shaped() -> Any:
+    """SmolLM2-135M-Instruct's layout in miniature: tied embeddings, 3 query heads per key/value head,
+    no head_dim in the config, rope theta 1e5, a vocabulary far wider than the hidden size."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=640, hidden_size=96, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=3, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=100000.0,
+                      rms_norm_eps=1e-5, max_position_embeddings=512, pad_token_id=2, eos_token_id=2)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_tied_embeddings_take_the_plain_forward_and_get_transformers_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real model's layout (tied head): the plain forward and the packed projections apply, and the
+    shared embedding/head weight gets transformers' gradient (both its uses summed), like every other
+    parameter; the log-probabilities are transformers' too."""
+    from verifiers.inference.fast_decode import why_not as decoder_why_not
+    from verifiers.inference.projections import PackedProjections
+
+    model = smollm2_shaped()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert plain_forward.why_not(model, model) is None and decoder_why_not(model) is None
+    assert PackedProjections.unavailable(model) is None
+    batch = make_batch(model.config.vocab_size, groups=2, group_size=4, seed=3, completion=(2, 9))
+    calls = Calls(monkeypatch)
+    mine = step(model, batch, functools.partial(completion_logps, chunk_tokens=7), 1.0)
+    assert calls.n >= 2  # the prompts once, then the completions: the plain forward ran
+    full = step(model, batch, full_logits_logps, 1.0)  # transformers' forward, full logits
+    assert_same(full, mine, tol=2e-5)
+    assert "model.embed_tokens.weight" in mine[2] and "lm_head.weight" not in mine[2]  # one tied parameter
+    assert mine[2]["model.embed_tokens.weight"].abs().sum() > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from typing import Any
 
@@ -9,6 +11,23 @@ from verifiers.parsers.parser import Parser, extract_boxed_answer
 from verifiers.rubrics.rubric import RewardFunc, Rubric
 
 _TIMEOUT_S = 5
+
+
+class _NoTimeoutNotice(logging.Filter):
+    """Drops math-verify's "Timeout is disabled ..." warning (printed once per process by its parser
+    and once by its grader). Off the main thread no timeout is passed on purpose: math-verify's
+    timeouts use SIGALRM, which only the main thread can use. The notice asks the caller to add
+    timeout logic of their own, which nobody running vf-eval or vf-train can act on; at the start
+    of every run it read like a fault of the run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+@functools.cache
+def _quiet_timeout_notice() -> None:
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).addFilter(_NoTimeoutNotice())
 
 
 def _boxed_or_text(text: str) -> str:
@@ -29,6 +48,8 @@ def math_equal(predicted: str, answer: str) -> bool:
         return False
     # math-verify's timeouts use SIGALRM, which only works on the main thread.
     limit = _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    if limit is None:
+        _quiet_timeout_notice()
     gold = parse(_wrap(answer), parsing_timeout=limit)
     pred = parse(_wrap(predicted), parsing_timeout=limit)
     if gold and pred:
