@@ -1,18 +1,23 @@
 """Run one agent program: a fresh working directory, a minimal environment, a bounded lifetime.
 
-Why a process group per run: agent programs start helpers (shells, MCP servers, language
-servers). Ending only the direct child would leave those running after the rollout, so the
-program is started in a new session and the whole group is ended on exit, on timeout and
-on cancellation.
+Why a launcher: agent programs start helpers (shells, MCP servers, language servers), and some
+detach from the program (``setsid``, a double fork). On Linux the program runs under
+`verifiers.envs.agent_reaper`, a child subreaper that ends every process the program started,
+wherever it moved, when the program exits, on timeout and on cancellation. The runner signals
+the launcher and waits for it; only if the launcher itself does not finish in time is its
+process group killed. Elsewhere (or with ``reap=False``) the program is started in a new session
+and its process group is ended, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 
@@ -23,6 +28,10 @@ from verifiers.tools.capture import CapturingProtocol
 
 TERM_GRACE_S = 2.0
 """Seconds between SIGTERM and SIGKILL when a program is ended."""
+LAUNCHER_MARGIN_S = 5.0
+"""Seconds the launcher gets beyond the grace to end everything, before its group is killed."""
+REAPER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent_reaper.py")
+log = logging.getLogger(__name__)
 
 
 class ProgramRun(BaseModel):
@@ -35,8 +44,13 @@ class ProgramRun(BaseModel):
     stderr: str = ""
     duration_s: float = 0.0
     pid: int = 0
+    """The program's pid (not the launcher's)."""
     isolated: bool = False
     """It ran in its own namespaces (``AgentEnv(isolation=...)``), the gateway its only network peer."""
+    memory_exceeded: bool = False
+    """With ``AgentEnv(memory_mb=...)``: the cgroup's OOM killer ended a process of the run."""
+    processes_exceeded: bool = False
+    """With ``AgentEnv(max_processes=...)``: a fork failed because the run had its maximum of processes."""
 
 
 def minimal_env(home: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -54,6 +68,36 @@ def minimal_env(home: str, extra: Mapping[str, str] | None = None) -> dict[str, 
     }
     env.update(extra or {})
     return env
+
+
+def reaper_available() -> bool:
+    """Whether programs run under the subreaper launcher here (Linux, with a Python to run it)."""
+    return sys.platform == "linux" and bool(sys.executable)
+
+
+def _launcher_argv(command: Sequence[str], status_fd: int, cgroup_procs: Sequence[str]) -> list[str]:
+    # -I: the launcher ignores PYTHON* variables and the user's site (the program still gets them).
+    argv = [sys.executable, "-I", "-B", REAPER_PATH, "--status-fd", str(status_fd), "--parent", str(os.getpid()),
+            "--grace", repr(TERM_GRACE_S)]
+    for path in cgroup_procs:
+        argv += ["--cgroup-procs", path]
+    return [*argv, "--", *command]
+
+
+def _read_status(fd: int) -> list[tuple[str, str]]:
+    """The launcher's status lines (it has exited, so its end of the pipe is closed)."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    return [(kind, rest) for kind, _, rest in (line.partition(" ") for line in data.decode(errors="replace")
+                                               .splitlines())]
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -75,39 +119,82 @@ async def run_program(
     env: Mapping[str, str],
     timeout_s: float | None,
     max_output_chars: int = 8000,
+    *,
+    reap: bool = True,
+    cgroup_procs: Sequence[str] = (),
 ) -> ProgramRun:
-    """Run ``command`` to completion or timeout; its whole process group is gone on return."""
+    """Run ``command`` to completion or timeout; everything it started is gone on return.
+
+    ``reap`` (on Linux): run it under the subreaper launcher, which also ends what left the
+    process group; ``cgroup_procs``: the ``cgroup.procs`` files it joins before it starts (needs
+    ``reap``). Otherwise only its process group is ended.
+    """
+    reap = reap and reaper_available()
+    if cgroup_procs and not reap:
+        raise AgentError("a cgroup for the agent program needs the launcher (Linux)")
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
-    try:
-        transport, proto = await loop.subprocess_exec(
-            lambda: CapturingProtocol(max_output_chars),
-            *command,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except (FileNotFoundError, PermissionError) as exc:
-        raise AgentError(f"could not start the agent program {list(command)!r}: {exc}") from exc
-    pid = transport.get_pid()
-    timed_out = False
+    status_r, status_w = os.pipe() if reap else (-1, -1)
+    argv = _launcher_argv(command, status_w, cgroup_procs) if reap else list(command)
     try:
         try:
-            await asyncio.wait_for(proto.exited.wait(), timeout_s)
-        except TimeoutError:
-            timed_out = True
-            await _end_group(pid, proto.exited)
-        # Helpers the program left behind in its group (background shells, servers) end with it.
-        _signal_group(pid, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proto.finished.wait(), 5.0)
-    except asyncio.CancelledError:
-        _signal_group(pid, signal.SIGKILL)
+            transport, proto = await loop.subprocess_exec(
+                lambda: CapturingProtocol(max_output_chars),
+                *argv,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(status_w,) if reap else (),
+            )
+        except (FileNotFoundError, PermissionError) as exc:
+            raise AgentError(f"could not start the agent program {list(command)!r}: {exc}") from exc
+        finally:
+            if reap:
+                os.close(status_w)
+        pid = transport.get_pid()
+        timed_out = False
+        try:
+            try:
+                await asyncio.wait_for(proto.exited.wait(), timeout_s)
+            except TimeoutError:
+                timed_out = True
+                if reap:  # the launcher ends the program and all it started, then exits
+                    _signal(pid, signal.SIGTERM)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proto.exited.wait(), TERM_GRACE_S + LAUNCHER_MARGIN_S)
+                else:
+                    await _end_group(pid, proto.exited)
+            if reap and not proto.exited.is_set():
+                log.warning("the agent program's launcher (pid %d) did not finish in time: killing its group", pid)
+            # Helpers the program left behind in its group (background shells, servers) end with it.
+            _signal_group(pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proto.finished.wait(), 5.0)
+        except asyncio.CancelledError:
+            if reap:  # SIGUSR1: end everything now, no grace; a moment for the launcher to do it
+                _signal(pid, signal.SIGUSR1)
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(proto.exited.wait(), LAUNCHER_MARGIN_S)
+            _signal_group(pid, signal.SIGKILL)
+            transport.close()
+            raise
+        exit_code = transport.get_returncode()
         transport.close()
-        raise
-    exit_code = transport.get_returncode()
-    transport.close()
+        status = _read_status(status_r) if reap else []
+    finally:
+        if reap:
+            os.close(status_r)
+    program_pid = pid
+    for kind, text in status:
+        if kind == "pid":
+            program_pid = int(text)
+        elif kind == "error":
+            raise AgentError(f"could not start the agent program {list(command)!r}: {text}")
+        elif kind == "left":
+            log.warning("processes of the agent program %r did not die of SIGKILL: %s", list(command), text)
+        elif kind == "note":
+            log.warning("agent program launcher: %s", text)
     return ProgramRun(
         command=list(command),
         exit_code=exit_code,
@@ -115,5 +202,5 @@ async def run_program(
         stdout=proto.stdout.text(),
         stderr=proto.stderr.text(),
         duration_s=time.perf_counter() - started,
-        pid=pid,
+        pid=program_pid,
     )
