@@ -1,4 +1,5 @@
-"""No process an agent program starts outlives its rollout, without isolation (``isolation="none"``).
+"""No process an agent program starts outlives its rollout, without isolation (``isolation="none"``);
+its memory and process caps (``AgentEnv(memory_mb=..., max_processes=...)``) with a real cgroup.
 
 Each test runs tests/gateway/programs/spawner.py as a real AgentEnv program against a scripted
 server. The program prints the pid and start time of every process it leaves behind; once the
@@ -55,15 +56,15 @@ def _no_survivors(pids: list[list[int]]) -> Any:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _env(mode: str, token: str, **kw: Any) -> vf.AgentEnv:
-    return vf.AgentEnv(command=[*SPAWNER, mode, token], dataset=ROWS,
+def _env(mode: str, token: str, *args: str, **kw: Any) -> vf.AgentEnv:
+    return vf.AgentEnv(command=[*SPAWNER, mode, token, *args], dataset=ROWS,
                        rubric=vf.Rubric(funcs=[lambda completion, **_: 0.0]), **kw)
 
 
-async def _rollout(mode: str, **kw: Any) -> tuple[Any, list[list[int]]]:
+async def _rollout(mode: str, *args: str, **kw: Any) -> tuple[Any, list[list[int]]]:
     token = f"vf-reaper-{uuid.uuid4().hex}"
     with ScriptedServer(ServerScript()) as srv:
-        out = await _env(mode, token, **kw).a_generate(ROWS, vf.make_client(base_url=srv.base_url), "policy")
+        out = await _env(mode, token, *args, **kw).a_generate(ROWS, vf.make_client(base_url=srv.base_url), "policy")
     r = out.results[0]
     stdout = r.state["agent"]["stdout"]
     return r, json.loads(stdout.splitlines()[0])["pids"] if stdout else []
@@ -124,3 +125,78 @@ async def test_the_programs_exit_status_and_output_come_through_unchanged(mode: 
     assert pids == [] and r.state["agent"]["exit_code"] == exit_code
     assert r.state["agent"]["stderr"] == stderr and r.state["agent"]["stdout"] == '{"pids": []}\n'
     assert r.error is not None and r.error.type == "AgentCrashedError" and f"code {exit_code}" in r.error.message
+
+
+# -- caps ----------------------------------------------------------------------------------------
+def _caps_unavailable() -> str | None:
+    from verifiers.tools.sandbox_cgroup import make_cgroup
+
+    cgroup, why = make_cgroup(64, 4)
+    for d in cgroup.dirs if cgroup is not None else []:
+        d.rmdir()
+    return None if cgroup is not None else why
+
+
+CAPS_UNAVAILABLE = _caps_unavailable() if sys.platform == "linux" else "not Linux"
+needs_caps = pytest.mark.skipif(CAPS_UNAVAILABLE is not None, reason=f"no cgroup here: {CAPS_UNAVAILABLE}")
+
+
+@pytest.fixture
+def made_cgroups(monkeypatch: pytest.MonkeyPatch) -> list[list[Path]]:
+    """The directories of every cgroup AgentEnv makes (the real make_cgroup, watched)."""
+    import verifiers.envs.agent_env as agent_env
+
+    made: list[list[Path]] = []
+    real = agent_env.make_cgroup
+
+    def watched(*args: Any, **kw: Any) -> Any:
+        cgroup, why = real(*args, **kw)
+        if cgroup is not None:
+            made.append(list(cgroup.dirs))
+        return cgroup, why
+
+    monkeypatch.setattr(agent_env, "make_cgroup", watched)
+    return made
+
+
+@needs_caps
+async def test_memory_cap_ends_a_program_that_exceeds_it(made_cgroups: list[list[Path]]) -> None:
+    r, _ = await _rollout("alloc", "512", memory_mb=128)
+    agent = r.state["agent"]
+    assert agent["memory_exceeded"] and not agent["processes_exceeded"], agent
+    assert agent["exit_code"] == -signal.SIGKILL and "allocated" not in agent["stdout"]
+    assert r.error is not None and r.error.type == "AgentCrashedError"
+    assert len(made_cgroups) == 2 and not any(d.exists() for dirs in made_cgroups for d in dirs)  # probe + run
+    # Under the cap, the same program runs to the end.
+    r, _ = await _rollout("alloc", "32", memory_mb=128)
+    assert r.error is None and "allocated" in r.state["agent"]["stdout"] and not r.state["agent"]["memory_exceeded"]
+
+
+@needs_caps
+async def test_process_cap_counts_the_whole_tree(made_cgroups: list[list[Path]]) -> None:
+    r, pids = await _rollout("fork", "6", max_processes=4)
+    with _no_survivors(pids) as left:
+        forked = json.loads(r.state["agent"]["stdout"].splitlines()[1])
+        assert forked["started"] == 3 and len(forked["failed"]) == 3, forked  # the program itself is the 4th
+        assert all(f.startswith("BlockingIOError") for f in forked["failed"]), forked
+        assert r.state["agent"]["processes_exceeded"] and not r.state["agent"]["memory_exceeded"]
+        assert r.error is None and r.state["agent"]["exit_code"] == 0
+        assert left == []
+    assert not any(d.exists() for dirs in made_cgroups for d in dirs)
+
+
+def test_caps_that_cannot_be_applied_are_refused_with_the_reason_and_the_fix(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from verifiers.tools.sandbox_cgroup import CGROUP_ENV
+
+    monkeypatch.setenv(CGROUP_ENV, str(tmp_path / "not-a-cgroup"))
+    for caps in ({"memory_mb": 512}, {"max_processes": 8}):
+        with pytest.raises(vf.ConfigError) as refused:
+            _env("setsid", "t", **caps)
+        message = str(refused.value)
+        assert f"{tmp_path / 'not-a-cgroup'}: No such file or directory" in message, message
+        assert "Delegate=yes" in message and f"{CGROUP_ENV}=/sys/fs/cgroup/<path>" in message
+        assert "leave memory_mb and max_processes unset" in message
+    for bad in ({"memory_mb": 0}, {"max_processes": -1}, {"memory_mb": 1.5}, {"max_processes": True}):
+        with pytest.raises(vf.ConfigError, match="must be a positive integer"):
+            _env("setsid", "t", **bad)

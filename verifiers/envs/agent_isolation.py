@@ -131,10 +131,12 @@ async def run_isolated(
     timeout_s: float | None,
     unix_path: str,
     max_output_chars: int = 8000,
+    cgroup_procs: Sequence[str] = (),
 ) -> tuple[ProgramRun | None, AgentIsolation]:
     """Run ``command`` isolated; ``(None, report)`` when the isolation could not be had (nothing ran).
 
-    The relay listens on the port of ``env["OPENAI_BASE_URL"]`` and forwards to ``unix_path``.
+    The relay listens on the port of ``env["OPENAI_BASE_URL"]`` and forwards to ``unix_path``;
+    the bootstrap, and so everything in the namespace, joins ``cgroup_procs``.
     """
     port = urlsplit(env["OPENAI_BASE_URL"]).port
     if port is None:
@@ -143,7 +145,7 @@ async def run_isolated(
         report_path = Path(ctl) / "isolation.json"
         report_path.touch()
         run = await run_program(_bootstrap(command, workdir, port, unix_path, str(report_path)), workdir, env,
-                                timeout_s, max_output_chars)
+                                timeout_s, max_output_chars, cgroup_procs=cgroup_procs)
         report = _read_report(report_path, run.exit_code, run.stderr)
     if not report.complete:
         if run.timed_out:  # the setup itself hung (never seen): a timeout, not a refusal
@@ -166,12 +168,14 @@ async def run_with_isolation(
     timeout_s: float | None,
     unix_path: str,
     max_output_chars: int = 8000,
+    cgroup_procs: Sequence[str] = (),
 ) -> ProgramRun:
     """``mode`` "require": isolated or `AgentIsolationError`; "auto": isolated where possible (a
-    one-time warning, then unisolated runs); "none": a plain process group."""
+    one-time warning, then unisolated runs); "none": a plain process (under the subreaper launcher,
+    `verifiers.envs.agent_reaper`, on Linux). Every mode joins ``cgroup_procs`` when given."""
     if mode == "none" or (mode == "auto" and _UNAVAILABLE):
-        return await run_program(command, workdir, env, timeout_s, max_output_chars)
-    run, report = await run_isolated(command, workdir, env, timeout_s, unix_path, max_output_chars)
+        return await run_program(command, workdir, env, timeout_s, max_output_chars, cgroup_procs=cgroup_procs)
+    run, report = await run_isolated(command, workdir, env, timeout_s, unix_path, max_output_chars, cgroup_procs)
     if run is not None:
         return run
     if mode == "require":
@@ -180,7 +184,7 @@ async def run_with_isolation(
         _UNAVAILABLE.append(report)
         log.warning("AgentEnv(isolation='auto'): agent programs run UNISOLATED on this machine (host network, "
                     "processes and filesystem); missing: %s", report.missing())
-    return await run_program(command, workdir, env, timeout_s, max_output_chars)
+    return await run_program(command, workdir, env, timeout_s, max_output_chars, cgroup_procs=cgroup_procs)
 
 
 def isolation_unavailable() -> str | None:

@@ -11,6 +11,9 @@ sleeps instead). Modes:
                   is listed too).
   "killed"        no helper: after the call the program kills itself with SIGKILL.
   "exit7"         no helper: after the call it prints "bye" to stderr and exits 7.
+  "alloc MB"      after the call, fills MB MiB of memory, then prints "allocated".
+  "fork N"        starts N sleepers in its own group (as many as it can: each failure is counted;
+                  the second line says {"started": k, "failed": [error, ...]}).
 With PID_FILE set, the JSON line is also written to that file.
 """
 
@@ -76,6 +79,13 @@ elif mode == "double_fork":
 elif mode == "ignores_term":
     pids.append(subprocess.Popen([sys.executable, "-c", IGNORE_TERM, "ignoring", token], start_new_session=True).pid)
     wait_for("ignoring")
+failed = []
+if mode == "fork":
+    for _ in range(int(sys.argv[3])):
+        try:
+            pids.append(subprocess.Popen([sys.executable, "-c", SLEEP, token]).pid)
+        except OSError as exc:
+            failed.append(f"{type(exc).__name__}: {exc.strerror}")
 if mode == "hang":
     pids.append(os.getpid())
 report = json.dumps({"pids": [[p, starttime(p)] for p in pids]})
@@ -84,11 +94,16 @@ if os.environ.get("PID_FILE"):  # for a test that cancels the rollout before it 
         f.write(report)
     os.rename(os.environ["PID_FILE"] + ".part", os.environ["PID_FILE"])
 print(report, flush=True)
+if mode == "fork":
+    print(json.dumps({"started": len(pids), "failed": failed}), flush=True)
 chat([{"role": "user", "content": os.environ.get("VF_TASK", "")}])
 if mode == "hang":
     time.sleep(300)
 elif mode == "killed":
     os.kill(os.getpid(), signal.SIGKILL)
+elif mode == "alloc":
+    filled = b"x" * (int(sys.argv[3]) << 20)
+    print("allocated", flush=True)
 elif mode == "exit7":
     sys.stderr.write("bye\n")
     sys.exit(7)
