@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from verifiers.envs.agent_isolation import Isolation, run_with_isolation
+from verifiers.envs.agent_isolation import ISOLATION_PROCESSES, Isolation, run_with_isolation, will_isolate
 from verifiers.envs.agent_program import ProgramRun, minimal_env
 from verifiers.envs.environment import Environment
 from verifiers.errors import AgentCrashedError, AgentError, AgentNoCallsError, ConfigError
@@ -92,7 +92,8 @@ class AgentEnv(Environment):
     (`verifiers.envs.agent_reaper`) that ends every process it started, a ``setsid`` daemon or the
     orphan of a double fork included, when it exits, times out or the rollout is cancelled.
     ``memory_mb`` / ``max_processes`` cap the memory (no swap) and the number of processes (threads
-    count) of its whole process tree with a cgroup of its own per rollout (as the sandbox does;
+    count) of its whole process tree with a cgroup of its own per rollout (as the sandbox does; an
+    isolated run's namespace shares them, its pids cap is ``max_processes`` + `ISOLATION_PROCESSES`;
     ``state["agent"]["memory_exceeded"]`` / ``["processes_exceeded"]`` say when a cap was hit);
     where no cgroup can be made (no root, no delegated cgroup v2) they raise a `ConfigError`.
 
@@ -183,8 +184,8 @@ class AgentEnv(Environment):
         in a cgroup of its own when ``memory_mb`` or ``max_processes`` is set."""
         cgroup: Cgroup | None = None
         if self.memory_mb is not None or self.max_processes is not None:
-            # reserved: an isolated run's bootstrap and namespace init are in the cgroup too
-            cgroup, why = make_cgroup(self.memory_mb, self.max_processes, reserved=0 if self.isolation == "none" else 2)
+            reserved = ISOLATION_PROCESSES if will_isolate(self.isolation) else 0  # the namespace is in it too
+            cgroup, why = make_cgroup(self.memory_mb, self.max_processes, reserved=reserved)
             if cgroup is None:
                 raise AgentError(_cgroup_refusal(why))
         try:

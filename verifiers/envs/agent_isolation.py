@@ -31,12 +31,17 @@ from verifiers.envs.agent_program import ProgramRun, run_program
 from verifiers.errors import AgentError, AgentIsolationError
 from verifiers.tools.sandbox_exec import EXEC_BOOTSTRAP
 
-__all__ = ["AgentIsolation", "Isolation", "isolation_unavailable", "run_isolated", "run_with_isolation"]
+__all__ = ["ISOLATION_PROCESSES", "AgentIsolation", "Isolation", "isolation_unavailable", "run_isolated",
+           "run_with_isolation", "will_isolate"]
 
 Isolation = Literal["none", "auto", "require"]
 
 TMP_MB = 1024
 """Size cap of the program's private ``/tmp`` (a tmpfs: memory, allocated as it is written)."""
+ISOLATION_PROCESSES = 11
+"""Tasks of an isolated run that are not the program's: the bootstrap, the namespace's init, the
+relay's accept thread and two threads per model connection (for up to four at once). A cgroup's
+process cap (``AgentEnv(max_processes=...)``) holds the whole namespace, so it adds these."""
 
 _PROTECTIONS = ("namespaces", "readonly_fs", "private_tmp")
 _HOW = {
@@ -158,6 +163,11 @@ async def run_isolated(
 
 
 _UNAVAILABLE: list[AgentIsolation] = []  # set once "auto" found isolation missing on this machine
+
+
+def will_isolate(mode: Isolation) -> bool:
+    """Whether the next run in ``mode`` tries to isolate the program ("auto" stops trying once it failed)."""
+    return mode == "require" or (mode == "auto" and not _UNAVAILABLE)
 
 
 async def run_with_isolation(
