@@ -76,8 +76,9 @@ def reaper_available() -> bool:
 
 
 def _launcher_argv(command: Sequence[str], status_fd: int, cgroup_procs: Sequence[str]) -> list[str]:
-    # -I: the launcher ignores PYTHON* variables and the user's site (the program still gets them).
-    argv = [sys.executable, "-I", "-B", REAPER_PATH, "--status-fd", str(status_fd), "--parent", str(os.getpid()),
+    # -I: the launcher ignores PYTHON* variables (the program still gets them); -S: no site-packages
+    # (their .pth files, editable installs' finders, cost more than the launcher's whole run).
+    argv = [sys.executable, "-I", "-S", "-B", REAPER_PATH, "--status-fd", str(status_fd), "--parent", str(os.getpid()),
             "--grace", repr(TERM_GRACE_S)]
     for path in cgroup_procs:
         argv += ["--cgroup-procs", path]

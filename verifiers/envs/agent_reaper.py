@@ -11,7 +11,7 @@ is left, and it keeps reaping until it has no child at all. Then it exits with t
 exit code. SIGUSR1 does the same with no grace period (a cancelled rollout). The launcher writes
 nothing to stdout or stderr: the program's own output passes through untouched.
 
-Stdlib only, and started by path (``python -I -B .../agent_reaper.py [options] -- CMD...``)
+Stdlib only, and started by path (``python -I -S -B .../agent_reaper.py [options] -- CMD...``)
 because it runs with the program's minimal environment, which need not be able to import
 ``verifiers``. ``python -m verifiers.envs.agent_reaper -- CMD...`` works too. Elsewhere than Linux
 there is no subreaper: `verifiers.envs.agent_program` does not use this launcher and ends the
