@@ -200,3 +200,40 @@ def test_caps_that_cannot_be_applied_are_refused_with_the_reason_and_the_fix(tmp
     for bad in ({"memory_mb": 0}, {"max_processes": -1}, {"memory_mb": 1.5}, {"max_processes": True}):
         with pytest.raises(vf.ConfigError, match="must be a positive integer"):
             _env("setsid", "t", **bad)
+
+
+_RUNNER = r"""
+import asyncio, sys
+from verifiers.envs.agent_program import run_program
+program = ("import subprocess, sys, time\n"
+           "d = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+           "open('daemon.part', 'w').write(str(d.pid)); __import__('os').rename('daemon.part', 'daemon.pid')\n"
+           "time.sleep(300)")
+asyncio.run(run_program([sys.executable, "-c", program], sys.argv[1], {"PATH": "/usr/bin:/bin"}, 600))
+"""
+
+
+def test_a_daemon_does_not_outlive_the_process_that_ran_the_rollout(tmp_path: Path) -> None:
+    """The trainer itself dies (SIGKILL, by the test that started it): its launchers end their programs' trees."""
+    import subprocess
+    import time
+
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(tmp_path)],
+                              env={**os.environ, "PYTHONPATH": str(HERE.parents[1])})
+    daemon = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "daemon.pid").exists() and time.monotonic() < deadline and runner.poll() is None:
+            time.sleep(0.02)
+        daemon = int((tmp_path / "daemon.pid").read_text())
+        pids = [[daemon, _start_time(daemon)]]
+        assert _survivors(pids) == [daemon]
+    finally:
+        runner.kill()
+        runner.wait()
+    for _ in range(250):  # the launcher's SIGTERM, then up to its grace: not at once
+        if not _survivors(pids):
+            break
+        time.sleep(0.02)
+    with _no_survivors(pids) as left:
+        assert left == [], f"the daemon outlived the process that ran the rollout: {left}"
