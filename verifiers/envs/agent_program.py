@@ -85,15 +85,52 @@ def _launcher_argv(command: Sequence[str], status_fd: int, cgroup_procs: Sequenc
     return [*argv, "--", *command]
 
 
-def _read_status(fd: int) -> list[tuple[str, str]]:
-    """The launcher's status lines (it has exited, so its end of the pipe is closed)."""
-    os.set_blocking(fd, False)
-    data = b""
-    with contextlib.suppress(BlockingIOError, OSError):
-        while chunk := os.read(fd, 65536):
-            data += chunk
-    return [(kind, rest) for kind, _, rest in (line.partition(" ") for line in data.decode(errors="replace")
-                                               .splitlines())]
+class _StatusPipe:
+    """The launcher's status lines as they come; ``program_exited`` is set by its ``exit`` line, so a
+    program that ended in time is not counted as timed out while the launcher still cleans up."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self.loop, self.fd = loop, fd
+        self.lines: list[tuple[str, str]] = []
+        self.program_exited = asyncio.Event()
+        self._buffer = b""
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self._read)
+
+    def _read(self) -> bool:
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:  # the launcher has exited
+            self.loop.remove_reader(self.fd)
+            return False
+        *complete, self._buffer = (self._buffer + chunk).split(b"\n")
+        for line in complete:
+            kind, _, text = line.decode(errors="replace").partition(" ")
+            self.lines.append((kind, text))
+            if kind == "exit":
+                self.program_exited.set()
+        return True
+
+    def close(self) -> list[tuple[str, str]]:
+        """Read what is left (the launcher has exited) and close the pipe."""
+        while self._read():
+            pass
+        self.loop.remove_reader(self.fd)
+        os.close(self.fd)
+        return self.lines
+
+
+async def _first(*events: asyncio.Event) -> None:
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -138,56 +175,58 @@ async def run_program(
     status_r, status_w = os.pipe() if reap else (-1, -1)
     argv = _launcher_argv(command, status_w, cgroup_procs) if reap else list(command)
     try:
-        try:
-            transport, proto = await loop.subprocess_exec(
-                lambda: CapturingProtocol(max_output_chars),
-                *argv,
-                cwd=cwd,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                pass_fds=(status_w,) if reap else (),
-            )
-        except (FileNotFoundError, PermissionError) as exc:
-            raise AgentError(f"could not start the agent program {list(command)!r}: {exc}") from exc
-        finally:
-            if reap:
-                os.close(status_w)
-        pid = transport.get_pid()
-        timed_out = False
-        try:
-            try:
-                await asyncio.wait_for(proto.exited.wait(), timeout_s)
-            except TimeoutError:
-                timed_out = True
-                if reap:  # the launcher ends the program and all it started, then exits
-                    _signal(pid, signal.SIGTERM)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(proto.exited.wait(), TERM_GRACE_S + LAUNCHER_MARGIN_S)
-                else:
-                    await _end_group(pid, proto.exited)
-            if reap and not proto.exited.is_set():
-                log.warning("the agent program's launcher (pid %d) did not finish in time: killing its group", pid)
-            # Helpers the program left behind in its group (background shells, servers) end with it.
-            _signal_group(pid, signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proto.finished.wait(), 5.0)
-        except asyncio.CancelledError:
-            if reap:  # SIGUSR1: end everything now, no grace; a moment for the launcher to do it
-                _signal(pid, signal.SIGUSR1)
-                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(proto.exited.wait(), LAUNCHER_MARGIN_S)
-            _signal_group(pid, signal.SIGKILL)
-            transport.close()
-            raise
-        exit_code = transport.get_returncode()
-        transport.close()
-        status = _read_status(status_r) if reap else []
-    finally:
+        transport, proto = await loop.subprocess_exec(
+            lambda: CapturingProtocol(max_output_chars),
+            *argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(status_w,) if reap else (),
+        )
+    except (FileNotFoundError, PermissionError) as exc:
         if reap:
             os.close(status_r)
+        raise AgentError(f"could not start the agent program {list(command)!r}: {exc}") from exc
+    finally:
+        if reap:
+            os.close(status_w)
+    pid = transport.get_pid()
+    status = _StatusPipe(loop, status_r) if reap else None
+    timed_out = False
+    try:
+        try:
+            ended = _first(proto.exited, status.program_exited) if status else proto.exited.wait()
+            await asyncio.wait_for(ended, timeout_s)
+        except TimeoutError:
+            timed_out = True
+            if status:  # the launcher ends the program and all it started, then exits
+                _signal(pid, signal.SIGTERM)
+            else:
+                await _end_group(pid, proto.exited)
+        if status:  # it may still be ending what the program left running (up to the grace)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proto.exited.wait(), TERM_GRACE_S + LAUNCHER_MARGIN_S)
+            if not proto.exited.is_set():
+                log.warning("the agent program's launcher (pid %d) did not finish in time: killing its group", pid)
+        # Helpers the program left behind in its group (background shells, servers) end with it.
+        _signal_group(pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proto.finished.wait(), 5.0)
+    except asyncio.CancelledError:
+        if status:  # SIGUSR1: end everything now, no grace; a moment for the launcher to do it
+            _signal(pid, signal.SIGUSR1)
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(proto.exited.wait(), LAUNCHER_MARGIN_S)
+        _signal_group(pid, signal.SIGKILL)
+        transport.close()
+        raise
+    finally:
+        lines = status.close() if status else []
+    exit_code = transport.get_returncode()
+    transport.close()
     program_pid = pid
-    for kind, text in status:
+    for kind, text in lines:
         if kind == "pid":
             program_pid = int(text)
         elif kind == "error":

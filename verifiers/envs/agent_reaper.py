@@ -18,7 +18,8 @@ there is no subreaper: `verifiers.envs.agent_program` does not use this launcher
 program's process group, as it did before (a daemon that left the group survives there).
 
 Options: ``--status-fd N``, a pipe to the caller, gets the lines ``pid <n>`` (the program started),
-``error <text>`` (it could not start: exit 127), ``left <pid> ...`` (processes that did not die
+``error <text>`` (it could not start: exit 127), ``exit`` (it exited; the launcher now ends what
+it left), ``left <pid> ...`` (processes that did not die
 within ``GIVE_UP_S`` of SIGKILL, e.g. stuck in the kernel) and ``note <text>`` (something to log). ``--parent PID`` is the caller. If the
 caller dies, the launcher ends the run as if it had got SIGTERM. ``--grace S`` is the time between
 SIGTERM and SIGKILL. ``--cgroup-procs PATH`` (repeatable) is a ``cgroup.procs`` file that the
@@ -134,6 +135,7 @@ class _Launcher:
         while True:
             self.reap()
             if self.status is not None:
+                self.tell("exit")
                 return True
             info = signal.sigtimedwait(_WATCHED, 1.0)
             if info is not None and info.si_signo != signal.SIGCHLD:
