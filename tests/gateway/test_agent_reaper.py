@@ -207,7 +207,8 @@ import asyncio, sys
 from verifiers.envs.agent_program import run_program
 program = ("import subprocess, sys, time\n"
            "d = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
-           "open('daemon.part', 'w').write(str(d.pid)); __import__('os').rename('daemon.part', 'daemon.pid')\n"
+           "open('pids.part', 'w').write(f'{d.pid} {__import__(\"os\").getpid()}')\n"
+           "__import__('os').rename('pids.part', 'pids')\n"
            "time.sleep(300)")
 asyncio.run(run_program([sys.executable, "-c", program], sys.argv[1], {"PATH": "/usr/bin:/bin"}, 600))
 """
@@ -220,14 +221,12 @@ def test_a_daemon_does_not_outlive_the_process_that_ran_the_rollout(tmp_path: Pa
 
     runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(tmp_path)],
                               env={**os.environ, "PYTHONPATH": str(HERE.parents[1])})
-    daemon = None
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "daemon.pid").exists() and time.monotonic() < deadline and runner.poll() is None:
+        while not (tmp_path / "pids").exists() and time.monotonic() < deadline and runner.poll() is None:
             time.sleep(0.02)
-        daemon = int((tmp_path / "daemon.pid").read_text())
-        pids = [[daemon, _start_time(daemon)]]
-        assert _survivors(pids) == [daemon]
+        pids = [[pid, _start_time(pid)] for pid in map(int, (tmp_path / "pids").read_text().split())]
+        assert len(_survivors(pids)) == 2  # the daemon and the program
     finally:
         runner.kill()
         runner.wait()
@@ -236,4 +235,4 @@ def test_a_daemon_does_not_outlive_the_process_that_ran_the_rollout(tmp_path: Pa
             break
         time.sleep(0.02)
     with _no_survivors(pids) as left:
-        assert left == [], f"the daemon outlived the process that ran the rollout: {left}"
+        assert left == [], f"the program or its daemon outlived the process that ran the rollout: {left}"
