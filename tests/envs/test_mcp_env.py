@@ -156,6 +156,35 @@ async def test_tools_results_and_errors(server: ScriptedServer, client, tmp_path
     assert not alive(pid), "leaving `async with env` must stop the server"
 
 
+GROWING = str(Path(__file__).with_name("mcp_data") / "growing_server.py")
+
+
+@needs_mcp
+@pytest.mark.parametrize("per_rollout", [False, True])
+async def test_tools_the_server_adds_and_removes_while_running_are_offered_from_the_next_turn(
+        server: ScriptedServer, client, per_rollout: bool) -> None:
+    """The server sends notifications/tools/list_changed after grow/prune: the next request offers the
+    new list, and a call to the new tool reaches it (before the refresh: "Unknown tool", not offered)."""
+    server.set_script(ServerScript(replies=[
+        calls(("grow", {"name": "hello"}), turn=0),
+        calls(("hello", {}), ("prune", {"name": "hello"}), turn=1),
+        calls(("hello", {}), turn=2),
+        ScriptedReply(content="done"),
+    ]))
+    env = vf.MCPToolEnv(mcp_servers=[{"name": "growing", "command": sys.executable, "args": [GROWING]}],
+                        dataset=DATA, per_rollout=per_rollout)
+    async with env:
+        out = await env.a_evaluate(client, "m")
+    r = out.results[0]
+    assert r.error is None and r.stop_reason == "completed", r.error
+    offered = [sorted(t["function"]["name"] for t in req["tools"]) for req in server.requests]
+    assert offered == [["grow", "prune"], ["grow", "hello", "prune"], ["grow", "prune"], ["grow", "prune"]]
+    assert [m["content"] for m in r.completion if m["role"] == "tool"] == [
+        "added hello", "hello is here", "removed hello", "Error: Unknown tool 'hello'. Available tools: grow, prune."]
+    hello = next(t["function"] for t in server.requests[1]["tools"] if t["function"]["name"] == "hello")
+    assert hello["description"] == "hello: added at runtime" and hello["parameters"]["type"] == "object"
+
+
 def test_results_and_tools_read_in_both_sdk_spellings() -> None:
     """mcp 1.x objects use camelCase attributes (inputSchema, isError, structuredContent), 2.x snake_case."""
     v1 = {"content": [], "structuredContent": {"x": 1}, "isError": False}

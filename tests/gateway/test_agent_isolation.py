@@ -287,3 +287,27 @@ async def test_a_program_and_virtualenv_under_tmp_stay_visible(tmp_path: Path) -
     r = out.results[0]
     assert r.error is None, r.error
     assert r.state["agent"]["isolated"] and r.state["agent"]["stdout"].strip() == "pong"
+
+
+@needs_isolation
+async def test_the_memory_cap_holds_the_whole_namespace() -> None:
+    """The cgroup takes in the bootstrap, so the namespace and the program are in it; the program's
+    death by the OOM killer comes back as its own SIGKILL."""
+    from verifiers.tools.sandbox_cgroup import make_cgroup
+
+    probe, why = make_cgroup(64, None)
+    if probe is None:
+        pytest.skip(f"no cgroup here: {why}")
+    for d in probe.dirs:
+        d.rmdir()
+    spawner = [sys.executable, str(HERE / "programs" / "spawner.py")]
+    with ScriptedServer(ServerScript()) as srv:
+        client = vf.make_client(base_url=srv.base_url)
+        over = await _env([*spawner, "alloc", "t", "512"], isolation="require", memory_mb=128).a_generate(ROWS, client, "p")
+        under = await _env([*spawner, "alloc", "t", "16"], isolation="require", memory_mb=128).a_generate(ROWS, client, "p")
+    agent = over.results[0].state["agent"]
+    assert agent["isolated"] and agent["memory_exceeded"] and agent["exit_code"] == -9, agent
+    assert "Traceback" not in agent["stderr"], agent["stderr"]
+    agent = under.results[0].state["agent"]
+    assert under.results[0].error is None and agent["isolated"] and not agent["memory_exceeded"], agent
+    assert agent["stdout"].splitlines()[-1] == "allocated"

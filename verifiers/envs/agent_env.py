@@ -10,6 +10,7 @@ reply, ``state["agent"]`` (exit code, output tails, the calls) and the files in 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import shutil
@@ -18,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from verifiers.envs.agent_isolation import Isolation, run_with_isolation
+from verifiers.envs.agent_isolation import ISOLATION_PROCESSES, Isolation, run_with_isolation, will_isolate
 from verifiers.envs.agent_program import ProgramRun, minimal_env
 from verifiers.envs.environment import Environment
-from verifiers.errors import AgentCrashedError, AgentNoCallsError, ConfigError
+from verifiers.errors import AgentCrashedError, AgentError, AgentNoCallsError, ConfigError
 from verifiers.gateway import GatewayCall, Session, SessionLimits, get_gateway
+from verifiers.tools.sandbox_cgroup import CGROUP_ENV, Cgroup, make_cgroup
 from verifiers.types import Info, Messages, SamplingArgs, State, Usage
 
 RESERVED_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "OPENAI_MODEL", "ANTHROPIC_BASE_URL",
@@ -40,6 +42,22 @@ def task_text(prompt: Messages) -> str:
                 return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             return "" if content is None else str(content)
     return ""
+
+
+def _cgroup_refusal(why: str) -> str:
+    return (f"AgentEnv(memory_mb=..., max_processes=...): the caps need a cgroup for each run, and none can be made "
+            f"here: {why}. Run as root, or give this user a delegated cgroup v2 with the memory and pids "
+            f"controllers (e.g. a systemd unit with Delegate=yes) and name it with {CGROUP_ENV}=/sys/fs/cgroup/<path>; "
+            "or leave memory_mb and max_processes unset to run the program without caps.")
+
+
+def _probe_cgroup(memory_mb: int | None, max_processes: int | None) -> None:
+    """Make and remove one cgroup now, so that caps that cannot be applied fail at construction."""
+    cgroup, why = make_cgroup(memory_mb, max_processes)
+    if cgroup is None:
+        raise ConfigError(_cgroup_refusal(why))
+    for d in cgroup.dirs:  # fresh and empty: rmdir removes it
+        d.rmdir()
 
 
 def _completion(calls: list[GatewayCall]) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
@@ -70,7 +88,16 @@ class AgentEnv(Environment):
     non-zero exit, a timeout or a run without model calls is recorded on the rollout, never
     raised out of an evaluation or a training run.
 
-    ``isolation``: ``"none"`` runs the program as a plain process group; ``"require"`` runs it in
+    Nothing the program starts outlives its rollout: on Linux it runs under a subreaper launcher
+    (`verifiers.envs.agent_reaper`) that ends every process it started, a ``setsid`` daemon or the
+    orphan of a double fork included, when it exits, times out or the rollout is cancelled.
+    ``memory_mb`` / ``max_processes`` cap the memory (no swap) and the number of processes (threads
+    count) of its whole process tree with a cgroup of its own per rollout (as the sandbox does; an
+    isolated run's namespace shares them, its pids cap is ``max_processes`` + `ISOLATION_PROCESSES`;
+    ``state["agent"]["memory_exceeded"]`` / ``["processes_exceeded"]`` say when a cap was hit);
+    where no cgroup can be made (no root, no delegated cgroup v2) they raise a `ConfigError`.
+
+    ``isolation``: ``"none"`` runs the program as a plain process; ``"require"`` runs it in
     its own PID, mount, IPC and network namespaces without capabilities, the gateway its only
     network peer (docs/security.md), or records an ``AgentIsolationError`` where the machine
     cannot; ``"auto"`` isolates where possible and otherwise warns once and runs it unisolated.
@@ -89,6 +116,8 @@ class AgentEnv(Environment):
         max_calls: int | None = 64,
         max_tokens: int | None = None,
         isolation: Isolation = "none",
+        memory_mb: int | None = None,
+        max_processes: int | None = None,
         max_output_chars: int = 8000,
         token_prompt: Any = None,
         tokenizer: Any = None,
@@ -107,12 +136,19 @@ class AgentEnv(Environment):
             raise ConfigError(f"isolation must be 'none', 'auto' or 'require', got {isolation!r}")
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        for name, cap in (("memory_mb", memory_mb), ("max_processes", max_processes)):
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise ConfigError(f"{name} must be a positive integer (or None for no cap), got {cap!r}")
+        if memory_mb is not None or max_processes is not None:
+            _probe_cgroup(memory_mb, max_processes)
         self.command = argv
         self.program_env = dict(env or {})
         self.files = dict(files or {})
         self.timeout_s = timeout_s
         self.limits = SessionLimits(max_calls=max_calls, max_tokens=max_tokens)
         self.isolation: Isolation = isolation
+        self.memory_mb = memory_mb
+        self.max_processes = max_processes
         self.max_output_chars = max_output_chars
         self.token_prompt = token_prompt
         if tokenizer is not None:
@@ -144,9 +180,25 @@ class AgentEnv(Environment):
         return minimal_env(str(workdir), extra)
 
     async def run_agent(self, command: list[str], workdir: Path, env: dict[str, str]) -> ProgramRun:
-        """Run the program once, isolated as ``isolation`` says (see `verifiers.envs.agent_isolation`)."""
-        return await run_with_isolation(self.isolation, command, str(workdir), env, self.timeout_s,
-                                        get_gateway().unix_path, self.max_output_chars)
+        """Run the program once, isolated as ``isolation`` says (see `verifiers.envs.agent_isolation`),
+        in a cgroup of its own when ``memory_mb`` or ``max_processes`` is set."""
+        cgroup: Cgroup | None = None
+        if self.memory_mb is not None or self.max_processes is not None:
+            reserved = ISOLATION_PROCESSES if will_isolate(self.isolation) else 0  # the namespace is in it too
+            cgroup, why = make_cgroup(self.memory_mb, self.max_processes, reserved=reserved)
+            if cgroup is None:
+                raise AgentError(_cgroup_refusal(why))
+        try:
+            run = await run_with_isolation(self.isolation, command, str(workdir), env, self.timeout_s,
+                                           get_gateway().unix_path, self.max_output_chars,
+                                           cgroup_procs=cgroup.procs if cgroup is not None else ())
+            if cgroup is not None:
+                run = run.model_copy(update={"memory_exceeded": cgroup.oom_killed(),
+                                             "processes_exceeded": cgroup.pids_exceeded()})
+            return run
+        finally:
+            if cgroup is not None:  # kills what is left in it (nothing, after the launcher) and removes it
+                await asyncio.shield(cgroup.remove())
 
     async def rollout(
         self,
@@ -177,7 +229,8 @@ class AgentEnv(Environment):
             self._record(state, session)
         state["agent"]["run"] = run
         state["agent"].update(exit_code=run.exit_code, timed_out=run.timed_out, stdout=run.stdout, stderr=run.stderr,
-                              duration_s=run.duration_s, isolated=run.isolated)
+                              duration_s=run.duration_s, isolated=run.isolated,
+                              memory_exceeded=run.memory_exceeded, processes_exceeded=run.processes_exceeded)
         return state["completion"], self._outcome(state, session, run)
 
     def _record(self, state: State, session: Session) -> None:

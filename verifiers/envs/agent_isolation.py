@@ -31,12 +31,17 @@ from verifiers.envs.agent_program import ProgramRun, run_program
 from verifiers.errors import AgentError, AgentIsolationError
 from verifiers.tools.sandbox_exec import EXEC_BOOTSTRAP
 
-__all__ = ["AgentIsolation", "Isolation", "isolation_unavailable", "run_isolated", "run_with_isolation"]
+__all__ = ["ISOLATION_PROCESSES", "AgentIsolation", "Isolation", "isolation_unavailable", "run_isolated",
+           "run_with_isolation", "will_isolate"]
 
 Isolation = Literal["none", "auto", "require"]
 
 TMP_MB = 1024
 """Size cap of the program's private ``/tmp`` (a tmpfs: memory, allocated as it is written)."""
+ISOLATION_PROCESSES = 11
+"""Tasks of an isolated run that are not the program's: the bootstrap, the namespace's init, the
+relay's accept thread and two threads per model connection (for up to four at once). A cgroup's
+process cap (``AgentEnv(max_processes=...)``) holds the whole namespace, so it adds these."""
 
 _PROTECTIONS = ("namespaces", "readonly_fs", "private_tmp")
 _HOW = {
@@ -131,10 +136,12 @@ async def run_isolated(
     timeout_s: float | None,
     unix_path: str,
     max_output_chars: int = 8000,
+    cgroup_procs: Sequence[str] = (),
 ) -> tuple[ProgramRun | None, AgentIsolation]:
     """Run ``command`` isolated; ``(None, report)`` when the isolation could not be had (nothing ran).
 
-    The relay listens on the port of ``env["OPENAI_BASE_URL"]`` and forwards to ``unix_path``.
+    The relay listens on the port of ``env["OPENAI_BASE_URL"]`` and forwards to ``unix_path``;
+    the bootstrap, and so everything in the namespace, joins ``cgroup_procs``.
     """
     port = urlsplit(env["OPENAI_BASE_URL"]).port
     if port is None:
@@ -143,7 +150,7 @@ async def run_isolated(
         report_path = Path(ctl) / "isolation.json"
         report_path.touch()
         run = await run_program(_bootstrap(command, workdir, port, unix_path, str(report_path)), workdir, env,
-                                timeout_s, max_output_chars)
+                                timeout_s, max_output_chars, cgroup_procs=cgroup_procs)
         report = _read_report(report_path, run.exit_code, run.stderr)
     if not report.complete:
         if run.timed_out:  # the setup itself hung (never seen): a timeout, not a refusal
@@ -158,6 +165,11 @@ async def run_isolated(
 _UNAVAILABLE: list[AgentIsolation] = []  # set once "auto" found isolation missing on this machine
 
 
+def will_isolate(mode: Isolation) -> bool:
+    """Whether the next run in ``mode`` tries to isolate the program ("auto" stops trying once it failed)."""
+    return mode == "require" or (mode == "auto" and not _UNAVAILABLE)
+
+
 async def run_with_isolation(
     mode: Isolation,
     command: Sequence[str],
@@ -166,12 +178,14 @@ async def run_with_isolation(
     timeout_s: float | None,
     unix_path: str,
     max_output_chars: int = 8000,
+    cgroup_procs: Sequence[str] = (),
 ) -> ProgramRun:
     """``mode`` "require": isolated or `AgentIsolationError`; "auto": isolated where possible (a
-    one-time warning, then unisolated runs); "none": a plain process group."""
+    one-time warning, then unisolated runs); "none": a plain process (under the subreaper launcher,
+    `verifiers.envs.agent_reaper`, on Linux). Every mode joins ``cgroup_procs`` when given."""
     if mode == "none" or (mode == "auto" and _UNAVAILABLE):
-        return await run_program(command, workdir, env, timeout_s, max_output_chars)
-    run, report = await run_isolated(command, workdir, env, timeout_s, unix_path, max_output_chars)
+        return await run_program(command, workdir, env, timeout_s, max_output_chars, cgroup_procs=cgroup_procs)
+    run, report = await run_isolated(command, workdir, env, timeout_s, unix_path, max_output_chars, cgroup_procs)
     if run is not None:
         return run
     if mode == "require":
@@ -180,7 +194,7 @@ async def run_with_isolation(
         _UNAVAILABLE.append(report)
         log.warning("AgentEnv(isolation='auto'): agent programs run UNISOLATED on this machine (host network, "
                     "processes and filesystem); missing: %s", report.missing())
-    return await run_program(command, workdir, env, timeout_s, max_output_chars)
+    return await run_program(command, workdir, env, timeout_s, max_output_chars, cgroup_procs=cgroup_procs)
 
 
 def isolation_unavailable() -> str | None:

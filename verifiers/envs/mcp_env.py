@@ -13,6 +13,12 @@ result, an MCP error, an unknown tool, bad JSON, a timeout, a server that died) 
 an ``Error: ...`` tool message; a shared server that died is started again for the next
 rollout, and if that fails its tools answer that it is gone. ``close()`` (or leaving
 ``async with env:``) stops the servers; a finalizer and atexit do so as a safety net.
+
+A server may change its tools while it runs (``notifications/tools/list_changed``): its tools
+are listed again, and after the environment's response to the turn in which that happened the
+model is offered the new list and can call the new tools. The environment has one list of tool
+schemas: with ``per_rollout=True`` a rollout's calls go to its own servers' tools, but the list
+offered to every rollout is the one listed last.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from verifiers.tools.mcp_client import (
     parse_server_configs,
     require_mcp,
 )
-from verifiers.types import Message, State
+from verifiers.types import Message, Messages, State
 
 __all__ = ["MCPServerConfig", "MCPToolEnv"]
 
@@ -52,10 +58,22 @@ class MCPServerSet:
         self.connections = {c.name: MCPConnection(c, start_timeout_s) for c in configs}
         self.gone: dict[str, str] = {}
         """Servers that died and could not be started again, with why."""
+        self.exposed: dict[str, MCPTool] = {}
+        """Name offered to the model -> tool, as of the listing `learned` counts."""
+        self.learned: tuple[int, ...] = ()
 
     @property
     def tools(self) -> list[MCPTool]:
         return [t for c in self.connections.values() for t in c.tools]
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        """Changes whenever a server lists its tools (it started, or said they changed)."""
+        return tuple(c.tools_version for c in self.connections.values())
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait for the listings that servers' ``tools/list_changed`` notifications started."""
+        await asyncio.gather(*(c.settle(timeout_s) for c in self.connections.values()))
 
     async def start(self) -> None:
         """Start all servers at once; if one fails, stop the others and raise its error."""
@@ -194,12 +212,29 @@ class MCPToolEnv(ToolEnv):
 
     # -- rollouts ----------------------------------------------------------------------------
     def _learn_tools(self, servers: MCPServerSet) -> None:
-        """Offer the servers' tools to the model (once: later starts run the same commands)."""
-        if self.mcp_tools:
+        """Offer the servers' tools to the model, as they last listed them (new lists replace, never mutate,
+        the old ones: a rollout in flight reads whole lists)."""
+        version = servers.version
+        if version == servers.learned:
             return
-        self.mcp_tools = exposed_names(servers.tools, taken=set(self.tool_map))
+        before = set(self.mcp_tools)
+        exposed = exposed_names(servers.tools, taken=set(self.tool_map))
+        servers.exposed, servers.learned = exposed, version
+        self.mcp_tools = exposed
         python_schemas = [s for s in self.oai_tools or [] if s["function"]["name"] in self.tool_map]
-        self.oai_tools = python_schemas + [t.openai_schema(name) for name, t in self.mcp_tools.items()]
+        self.oai_tools = python_schemas + [t.openai_schema(name) for name, t in exposed.items()]
+        if before and set(exposed) != before:
+            logger.info("MCP tools changed: added %s, removed %s", sorted(set(exposed) - before) or "none",
+                        sorted(before - set(exposed)) or "none")
+
+    async def env_response(self, messages: Messages, state: State, **kwargs: Any) -> list[Message]:
+        """The tool messages; then, if a server said its tools changed, the new list for the next turn."""
+        out = await super().env_response(messages, state, **kwargs)
+        servers = state.get(_STATE_KEY) if self.per_rollout else self._shared
+        if isinstance(servers, MCPServerSet):
+            await self._loop.run(servers.settle(self.tool_timeout_s or 30.0))
+            self._learn_tools(servers)
+        return out
 
     async def setup_state(self, state: State, **kwargs: Any) -> State:
         state = await super().setup_state(state, **kwargs)
@@ -231,11 +266,12 @@ class MCPToolEnv(ToolEnv):
         return {"role": "tool", "content": text, "tool_call_id": tool_call_id}
 
     async def _call_mcp(self, name: str, arguments: dict[str, Any], state: State | None) -> str:
-        tool = self.mcp_tools.get(name)
-        if tool is None:
-            available = ", ".join(sorted([*self.tool_map, *self.mcp_tools])) or "(none)"
-            raise ToolNotFoundError(f"Unknown tool {name!r}. Available tools: {available}.")
         servers = (state or {}).get(_STATE_KEY) if self.per_rollout else self._shared
+        exposed = servers.exposed if isinstance(servers, MCPServerSet) and servers.exposed else self.mcp_tools
+        tool = exposed.get(name)
+        if tool is None:
+            available = ", ".join(sorted([*self.tool_map, *exposed])) or "(none)"
+            raise ToolNotFoundError(f"Unknown tool {name!r}. Available tools: {available}.")
         if not isinstance(servers, MCPServerSet):
             raise MCPServerDown(f"MCP server {tool.server!r} is not running (the environment was closed).")
         try:

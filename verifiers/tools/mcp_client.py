@@ -8,6 +8,8 @@ Everything in `MCPConnection` runs on one event loop (a `BackgroundLoop` in prac
 the SDK's stdio client is a context manager that a single task must enter and leave,
 so each connection keeps it open in a task of its own until `MCPConnection.close`.
 Every failure a tool call can meet comes out as a `ToolError` written for the model.
+A server that sends ``notifications/tools/list_changed`` is asked for its tools again;
+`MCPConnection.settle` waits for that listing, and ``tools_version`` counts the listings.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from verifiers.install_hint import install_command
 logger = logging.getLogger(__name__)
 
 CONNECTION_CLOSED = -32000  # JSON-RPC code the SDK (1.x and 2.x) raises when the server's pipe closed
+TOOLS_CHANGED = "notifications/tools/list_changed"
 _STDERR_TAIL = 2000
 
 
@@ -174,12 +177,16 @@ class MCPConnection:
         self.config = config
         self.start_timeout_s = start_timeout_s
         self.tools: list[MCPTool] = []
+        self.tools_version = 0
+        """How many times the tools were listed (the start, and each ``tools/list_changed`` since)."""
         self.down_reason: str | None = None
         """Why the server is not usable (set when it dies or is closed), None while it runs."""
         self._session: Any = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._stderr_path: str | None = None
+        self._changed: asyncio.Event | None = None  # the server said its tools changed; not listed yet
+        self._listed: asyncio.Event | None = None  # set while the tools listed are the server's latest
 
     @property
     def alive(self) -> bool:
@@ -207,9 +214,11 @@ class MCPConnection:
         os.close(fd)
         ready: asyncio.Future[list[MCPTool]] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
+        self._changed, self._listed = asyncio.Event(), asyncio.Event()
         self._task = asyncio.create_task(self._serve(ready), name=f"mcp-server-{self.config.name}")
         try:
             self.tools = await asyncio.wait_for(asyncio.shield(ready), self.start_timeout_s)
+            self.tools_version += 1
         except BaseException as exc:
             tail = self.stderr_tail()  # before close() removes the log
             await self.close()
@@ -229,7 +238,6 @@ class MCPConnection:
     async def _serve(self, ready: asyncio.Future[list[MCPTool]]) -> None:
         from mcp import ClientSession, StdioServerParameters
         from mcp.client.stdio import stdio_client
-        from mcp.types import PaginatedRequestParams
 
         params = StdioServerParameters(
             command=self.config.command, args=list(self.config.args), env=dict(self.config.env) or None,
@@ -238,21 +246,13 @@ class MCPConnection:
         assert self._stop is not None and self._stderr_path is not None
         try:
             with open(self._stderr_path, "w", encoding="utf-8") as errlog:
-                async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                async with stdio_client(params, errlog=errlog) as (read, write), \
+                        ClientSession(read, write, message_handler=self._on_message) as session:
                     await session.initialize()
-                    tools: list[MCPTool] = []
-                    cursor = None
-                    while True:
-                        page = await session.list_tools(
-                            params=PaginatedRequestParams(cursor=cursor) if cursor else None
-                        )
-                        tools += [tool_from_listing(self.config.name, t) for t in page.tools]
-                        cursor = field(page, "next_cursor", "nextCursor")
-                        if not cursor:
-                            break
+                    tools = await self._list_tools(session)
                     self._session = session
                     ready.set_result(tools)
-                    await self._stop.wait()
+                    await self._refresh_until_stopped(session)
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
@@ -262,8 +262,69 @@ class MCPConnection:
                 raise
         finally:
             self._session = None
+            if self._listed is not None:
+                self._listed.set()  # nothing more will be listed: settle() must not wait for it
             if self.down_reason is None:
                 self.down_reason = "it was stopped"
+
+    async def _list_tools(self, session: Any) -> list[MCPTool]:
+        """All pages of ``tools/list``."""
+        from mcp.types import PaginatedRequestParams
+
+        tools: list[MCPTool] = []
+        cursor = None
+        while True:
+            page = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+            tools += [tool_from_listing(self.config.name, t) for t in page.tools]
+            cursor = field(page, "next_cursor", "nextCursor")
+            if not cursor:
+                return tools
+
+    async def _on_message(self, message: Any) -> None:
+        """The session's message handler: note a ``tools/list_changed`` (1.x wraps it in ``.root``).
+
+        Only noted here: the SDK may run this handler inside its receive loop, where awaiting a
+        request of our own would wait for ourselves; `_refresh_until_stopped` lists the tools.
+        """
+        method = getattr(getattr(message, "root", message), "method", None)
+        if method == TOOLS_CHANGED and self._changed is not None and self._listed is not None:
+            self._listed.clear()
+            self._changed.set()
+
+    async def _refresh_until_stopped(self, session: Any) -> None:
+        """List the tools again after each ``tools/list_changed``, until the connection is stopped."""
+        assert self._stop is not None and self._changed is not None and self._listed is not None
+        self._listed.set()
+        while not self._stop.is_set():
+            stop, changed = asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({stop, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+                changed.cancel()
+            if self._stop.is_set():
+                return
+            self._changed.clear()
+            try:
+                tools = await self._list_tools(session)
+            except Exception as exc:  # the server is dying or broken: the next call says so
+                logger.warning("MCP server %r said its tools changed, but listing them failed: %r; keeping the "
+                               "tools listed before", self.config.name, exc)
+            else:
+                self.tools = tools
+                self.tools_version += 1
+            if not self._changed.is_set():
+                self._listed.set()
+
+    async def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait until the tools listed are the latest the server announced (a listing in flight ends)."""
+        if self._listed is None or self._listed.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._listed.wait(), timeout_s)
+        except TimeoutError:
+            logger.warning("MCP server %r: its changed tools were not listed within %g s; keeping the tools "
+                           "listed before", self.config.name, timeout_s)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         """Call ``tool``; its text, or a `ToolError` (error result, MCP error, server down)."""

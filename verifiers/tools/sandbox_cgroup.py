@@ -97,16 +97,20 @@ def _write(path: Path, text: str) -> None:
         f.write(text)
 
 
-def make_cgroup(memory_mb: int, max_processes: int | None) -> tuple[Cgroup | None, str]:
-    """A fresh cgroup with the run's totals, or None and why not."""
+def make_cgroup(memory_mb: int | None, max_processes: int | None, reserved: int = 2) -> tuple[Cgroup | None, str]:
+    """A fresh cgroup with the run's totals, or None and why not.
+
+    ``None`` leaves that total unlimited. ``reserved``: processes of the run's own machinery that
+    ``max_processes`` does not count (the sandbox's waiting process and init).
+    """
     setting = os.environ.get(CGROUP_ENV, "auto").strip() or "auto"
     if setting == "off":
         return None, f"{CGROUP_ENV}=off"
     if sys.platform != "linux":
         return None, "not Linux"
     name = f"vf-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    memory = memory_mb * 1024 * 1024
-    pids = "max" if max_processes is None else str(max_processes + 2)  # + waiting process, init
+    memory = None if memory_mb is None else memory_mb * 1024 * 1024
+    pids = "max" if max_processes is None else str(max_processes + reserved)
     mounts = _cgroup_mounts()
     try:
         own = dict(
@@ -140,9 +144,10 @@ def make_cgroup(memory_mb: int, max_processes: int | None) -> tuple[Cgroup | Non
         d = parent / name
         try:
             d.mkdir()
-            _write(d / "memory.max", str(memory))
-            if (d / "memory.swap.max").exists():
-                _write(d / "memory.swap.max", "0")
+            if memory is not None:
+                _write(d / "memory.max", str(memory))
+                if (d / "memory.swap.max").exists():
+                    _write(d / "memory.swap.max", "0")
             _write(d / "pids.max", pids)
             return Cgroup([d], 2), ""
         except OSError as exc:
@@ -168,9 +173,10 @@ def make_cgroup(memory_mb: int, max_processes: int | None) -> tuple[Cgroup | Non
             d = Path(v1[ctrl]) / own.get(ctrl, "/").lstrip("/") / name
             d.mkdir()
             made.append(d)
-        _write(made[0] / "memory.limit_in_bytes", str(memory))
-        if (made[0] / "memory.memsw.limit_in_bytes").exists():
-            _write(made[0] / "memory.memsw.limit_in_bytes", str(memory))
+        if memory is not None:
+            _write(made[0] / "memory.limit_in_bytes", str(memory))
+            if (made[0] / "memory.memsw.limit_in_bytes").exists():
+                _write(made[0] / "memory.memsw.limit_in_bytes", str(memory))
         _write(made[1] / "pids.max", pids)
         return Cgroup(made, 1), ""
     except OSError as exc:

@@ -310,7 +310,8 @@ def _vf_enter_namespaces(config, got, why, init_hook=None):
         status = int(msg.split("S:", 1)[1])
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            signal.signal(sig, signal.SIG_DFL)
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset
+                signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
             os._exit(128 + sig)
         os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
