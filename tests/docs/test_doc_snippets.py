@@ -95,6 +95,10 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     ),
     (README, "quickstart#2"): Skip("installs", "the suite's own command; its install (without vLLM's CPU build) "
                                                "builds this test's venv"),
+    (README, "train-a-real-model-on-your-laptop#1"): Skip(
+        "long", "a 93 MB download and about 20-45 min of training on 2 cores: tests/models/test_smollm2.py runs "
+                "`vf-model get smollm2-135m-instruct`, tests/trainers/test_arithmetic_smollm2_config.py checks the "
+                "recipe loads, and benchmarks/real_model.py --train is the measurement"),
     (README, "concepts#1"): Run(subs=(("http://localhost:8000/v1", "{BASE}"),), why="the scripted server"),
     (README, "concepts#2"): Skip("fragment", "starts a server in the foreground; tests/testing/"
                                  "test_readme_scripted_example.py runs this exact command and the example against it"),
