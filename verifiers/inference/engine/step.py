@@ -302,6 +302,7 @@ class DecodeBatch:
             logits = self.graphed.step(self.table.t["next"], self.table.t["pos"], cols, rows, self.kv)
             if logits is not None:
                 return logits
+            self.kv.plan_decode(rows, cols, width)  # a failed capture may have left its own plan
         if self.fast is not None:
             return self.fast(self.table.t["next"][:rows], self.table.t["pos"][:rows], attn[:rows, :width], self.kv)
         out = self.model(input_ids=self.table.t["next"][:rows].unsqueeze(1), attention_mask=attn[:rows, :width],
