@@ -289,6 +289,16 @@ def _refusal(reasons: dict[str, str]) -> str:
     )
 
 
+def _read_status(path: str | os.PathLike[str]) -> tuple[set[str], str | None]:
+    """The child's status file: its flags (each line's first word), and what the ``interpreter_closed``
+    line says of an installation the sandboxed code cannot read (None when there is none)."""
+    lines: list[str] = []
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read(4096).splitlines()
+    closed = next((line.split(" ", 1)[1] for line in lines if line.startswith("interpreter_closed ")), None)
+    return {line.split(" ", 1)[0] for line in lines}, closed
+
+
 def _closed_installation(detail: str) -> str:
     return (
         f"the sandboxed code cannot read this Python installation: {detail}. An isolated run has no "
@@ -376,15 +386,11 @@ async def _run(
                 await asyncio.wait_for(protocol.finished.wait(), _SETTLE_S)
             transport.close()
         duration = time.monotonic() - started
-        lines: list[str] = []
-        with contextlib.suppress(OSError), open(status, encoding="utf-8", errors="replace") as f:
-            lines = f.read(4096).splitlines()
-        flags = {line.split(" ", 1)[0] for line in lines}
+        flags, closed = _read_status(status)
         report: dict[str, dict[str, object]] = {}
         with contextlib.suppress(OSError, ValueError):
             report = json.loads(isolation_file.read_text())
     returncode = transport.get_returncode()
-    closed = next((line.split(" ", 1)[1] for line in lines if line.startswith("interpreter_closed ")), None)
     if closed is not None:
         raise ConfigError(_closed_installation(closed))
     got = report.get("isolation") or {}
