@@ -139,6 +139,12 @@ class TurnTokens(BaseModel):
     completion_ids: list[int]
     completion_logprobs: list[float] = Field(default_factory=list)
     finish_reason: str | None = None
+    follow_up: bool = False
+    """An agent program's call that extended an earlier call of its rollout (that call's messages,
+    its reply and new tool/user messages), as the interception gateway saw it."""
+    token_in: bool = False
+    """A follow-up whose prompt went upstream as the earlier call's exact ids plus the new tail
+    (token-in, `verifiers.gateway.token_in`) rather than as messages to render again."""
 
 
 class TokenSequence(BaseModel):

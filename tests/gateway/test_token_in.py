@@ -33,13 +33,15 @@ from verifiers.gateway.token_in import (  # noqa: E402
     canonical,
     chat_response,
     completion_args,
+    forced_prefix,
+    split_reasoning,
     token_prompt_for,
 )
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
 from verifiers.inference.runner import EmbeddedServer  # noqa: E402
 from verifiers.inference.tiny import EOS, IM_END, IM_START, PAD, TOOL_TOKENS, TinyModelSpec, build_tiny_model  # noqa: E402
 from verifiers.inference.tiny import chat_template as tiny_chat_template  # noqa: E402
-from verifiers.inference.tool_parser import parse_tool_calls  # noqa: E402
+from verifiers.inference.tool_parser import forced_text, parse_tool_calls  # noqa: E402
 from verifiers.types import TurnTokens  # noqa: E402
 
 MODEL = "tiny-bpe"
@@ -130,7 +132,8 @@ def program(base_url: str, key: str, script: list[str]) -> list[dict[str, Any]]:
 
     ``script`` steps: ``user:TEXT`` / ``tool:TEXT`` append a message after the last reply;
     ``rewrite`` drops the last reply from the history (a program that edits its transcript);
-    ``bad:TEXT`` sends a user message with an invalid ``stop`` and keeps the error, not the message.
+    ``bad:TEXT`` sends a user message with an invalid ``stop`` and keeps the error, not the message;
+    ``force:TEXT`` sends a user message with ``tool_choice`` naming ``lookup``.
     """
     client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=60)
     messages = [dict(m) for m in FIRST]
@@ -150,8 +153,10 @@ def program(base_url: str, key: str, script: list[str]) -> list[dict[str, Any]]:
             elif step is not None:
                 role, text = step.split(":", 1)
                 extra = {"tool_call_id": "call_0"} if role == "tool" else {}
-                messages.append({"role": role, "content": text, **extra})
-            out = client.chat.completions.create(model="anything", messages=messages, tools=TOOLS)
+                messages.append({"role": "user" if role == "force" else role, "content": text, **extra})
+            forced = {"tool_choice": {"type": "function", "function": {"name": "lookup"}}} \
+                if step is not None and step.startswith("force:") else {}
+            out = client.chat.completions.create(model="anything", messages=messages, tools=TOOLS, **forced)
             msg = out.choices[0].message.model_dump(exclude_none=True)  # how SDK users re-send a reply
             replies.append({"finish_reason": out.choices[0].finish_reason, "message": msg})
             messages.append(msg)
@@ -250,16 +255,42 @@ async def test_rewritten_history_goes_as_messages(server: EmbeddedServer, tok: A
     assert session.calls[1].tokens.prompt_ids == apply_chat_template(tok, session.calls[1].messages, tools=TOOLS)
 
 
-async def test_a_length_cut_reply_is_not_continued(server: EmbeddedServer, tok: Any) -> None:
+async def test_a_length_cut_reply_is_continued_after_the_templates_closing(server: EmbeddedServer, tok: Any) -> None:
+    """The template closes a cut reply like any other: its sampled ids stay, ``<|im_end|>\\n`` follows."""
     for seed in range(8):
-        session, rec, hook, _ = await _run(server, tok, ["user:go on"], seed=seed, max_tokens=2)
+        session, _rec, hook, _ = await _run(server, tok, ["user:go on"], seed=seed, max_tokens=2)
         if session.calls[0].finish_reason == "length":
             break
     else:
         pytest.fail("every seed stopped within 2 tokens")
-    assert [c.token_in for c in session.calls] == [False, False]
-    assert hook.stats(session).reasons == {"first_call": 1, "length": 1}
-    assert not rec.completions
+    c1, c2 = session.calls
+    assert [c.token_in for c in session.calls] == [False, True]
+    assert hook.stats(session).reasons == {"first_call": 1}
+    head = [*c1.tokens.prompt_ids, *c1.tokens.completion_ids]
+    assert c2.tokens.prompt_ids[: len(head)] == head and len(c1.tokens.completion_ids) == 2
+    assert tok.decode(c2.tokens.prompt_ids[len(head):]) == (
+        "<|im_end|>\n<|im_start|>user\ngo on<|im_end|>\n<|im_start|>assistant\n")
+    # As text, the sequence is exactly the template's rendering of the program's transcript.
+    assert tok.decode(c2.tokens.prompt_ids) == apply_chat_template(tok, c2.messages, tools=TOOLS, tokenize=False)
+    assert (c1.tokens.follow_up, c2.tokens.follow_up, c2.tokens.token_in) == (False, True, True)
+
+
+async def test_a_forced_tool_choice_is_recorded_and_honoured_token_in(server: EmbeddedServer, tok: Any) -> None:
+    session, rec, _hook, replies = await _stopping_run(server, tok, ["force:look it up"])
+    c1, c2 = session.calls
+    assert c2.token_in and c2.tool_choice == {"type": "function", "function": {"name": "lookup"}}
+    assert c1.tool_choice is None and rec.chats == 1
+    forced = forced_text("lookup")
+    forced_ids = tok.encode(forced, add_special_tokens=False)
+    # The call's opening went into the prompt, as the embedded server's chat path forces it.
+    assert c2.tokens.prompt_ids[-len(forced_ids):] == forced_ids
+    assert tok.decode(c2.tokens.prompt_ids).endswith("<|im_start|>assistant\n" + forced)
+    message = replies[1]["message"]
+    if message.get("tool_calls"):  # the random model closed the call validly
+        assert message["tool_calls"][0]["function"]["name"] == "lookup"
+        assert replies[1]["finish_reason"] == "tool_calls"
+    else:  # the reply carries the forced opening, as a chat call's reply would
+        assert message["content"].startswith(forced)
 
 
 async def test_a_request_refused_as_ids_is_answered_as_a_chat_call(server: EmbeddedServer, tok: Any) -> None:
@@ -340,9 +371,9 @@ def test_chatml_bridge_and_tail(tok: Any) -> None:
     assert tail.closing == "<|im_end|>\n"
     assert tail.bridge([*word, end], "stop") == "\n"
     assert tail.bridge([*word, end], "tool_calls") == "\n"
-    assert tail.bridge([*word, end], "length") is None  # cut: the turn is still open
-    assert tail.bridge(word, "stop") is None  # a stop string: no end-of-turn token
-    assert tail.bridge([*word, other], "stop") is None  # <|endoftext|> is not what the template closes with
+    assert tail.bridge(word, "length") == "<|im_end|>\n"  # cut: the template closes it
+    assert tail.bridge(word, "stop") is None  # a stop string: the program's to close
+    assert tail.bridge([*word, other], "stop") == "<|im_end|>\n"  # another EOS: the template's closing follows
     reply = {"role": "assistant", "content": "fox"}
     assert tail.tail_text(reply, [{"role": "user", "content": "hi"}], None) == \
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -351,6 +382,11 @@ def test_chatml_bridge_and_tail(tok: Any) -> None:
     # Ids equal to the same span inside a full rendering of the conversation.
     full = apply_chat_template(tok, [{"role": "user", "content": "q"}, reply, {"role": "tool", "content": "7"}], tools=TOOLS)
     assert full[-len(ids):] == ids
+    # A cut reply: the whole closing, encoded alone (nothing merges with the reply's last token).
+    cut = tail.continuation_ids(word, "length", reply, [{"role": "user", "content": "hi"}], None)
+    assert tok.decode(cut) == "<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    after_eos = tail.continuation_ids([*word, other], "stop", reply, [{"role": "user", "content": "hi"}], None)
+    assert tok.decode(after_eos) == tok.decode(cut)
     # A template that renders nothing new for the tail (or fails) gives no continuation.
     assert tail.tail_text(reply, [{"role": "bogus", "content": "x"}], None) is None
 
@@ -374,7 +410,8 @@ def test_completion_args() -> None:
             "stop": ["x"], "extra_body": {"return_token_ids": True, "chat_template_kwargs": {"a": 1}, "top_k": 5}}
     assert completion_args(args, 10, None) == {"temperature": 0.7, "seed": 3, "stop": ["x"], "max_tokens": 9,
                                                "logprobs": 2, "extra_body": {"return_token_ids": True, "top_k": 5}}
-    assert completion_args({"max_tokens": 4, "tool_choice": "required"}, 10, None) == "tool_choice"
+    assert completion_args({"max_tokens": 4, "tool_choice": "required"}, 10, None) == {"max_tokens": 4, "extra_body": {
+        "return_token_ids": True}}  # honoured by the forced prefix in the prompt (`forced_prefix`)
     assert completion_args({"max_tokens": 4, "response_format": {"type": "json_object"}}, 10, None) == "response_format"
     assert completion_args({}, 10, None) == "no_max_tokens"
     assert completion_args({}, 10, 64)["max_tokens"] == 54
@@ -395,6 +432,31 @@ def test_chat_response_parses_tool_calls_only_with_tools() -> None:
     assert [e["logprob"] for e in out.raw["choices"][0]["logprobs"]["content"]] == [-0.5, -1.0]
     plain = chat_response(parse_completion_response(raw), [1, 2], None, parse_tool_calls)
     assert plain.finish_reason == "stop" and plain.content == text and not plain.tool_calls
+
+
+def test_forced_prefix_honours_what_the_chat_path_honours() -> None:
+    assert forced_prefix(None, TOOLS) == forced_prefix("auto", TOOLS) == forced_prefix("none", TOOLS) == ""
+    assert forced_prefix("required", TOOLS) == "<tool_call>"
+    assert forced_prefix({"type": "function", "function": {"name": "lookup"}}, TOOLS) == forced_text("lookup")
+    # What the server must refuse goes to the chat path, which answers with its own error.
+    assert forced_prefix("required", None) is None
+    assert forced_prefix({"type": "function", "function": {"name": "nope"}}, TOOLS) is None
+    assert forced_prefix("sometimes", TOOLS) is None
+
+
+def test_reasoning_is_split_as_vllms_qwen3_parser_splits_it() -> None:
+    assert split_reasoning("<think>plan</think>answer") == ("plan", "answer")
+    assert split_reasoning("plan</think>answer") == ("plan", "answer")  # the template opened the tag
+    assert split_reasoning("no thinking") == (None, "no thinking")
+    assert split_reasoning("<think>unfinished") == (None, "<think>unfinished")
+    raw = {"choices": [{"text": 'hmm</think>ok <tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>',
+                        "finish_reason": "stop", "prompt_token_ids": [1], "token_ids": [5]}],
+           "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    out = chat_response(parse_completion_response(raw), [1], TOOLS, parse_tool_calls, reasoning=True)
+    message = out.raw["choices"][0]["message"]
+    assert message["reasoning_content"] == "hmm" and message["content"] == "ok" and out.finish_reason == "tool_calls"
+    kept = chat_response(parse_completion_response(raw), [1], TOOLS, parse_tool_calls, reasoning=False)
+    assert "reasoning_content" not in kept.raw["choices"][0]["message"] and kept.content.startswith("hmm</think>")
 
 
 def _call(seq: int, messages: list[dict[str, Any]], reply: str, tools: Any = None, status: int = 200) -> Any:

@@ -1,9 +1,10 @@
 """Token-in with a real BPE tokenizer: an agent program's second call continues the first's exact ids.
 
 `AgentEnv(tokenizer=...)` (what a trainer's environment gets) runs a program that talks to
-vf-serve through the interception gateway with the official ``openai`` client. When the first
-reply ended on its own (``<|im_end|>``, finish ``stop``), the gateway sends the second call as
-``first prompt ids + first completion ids + the rendered tail`` instead of messages, so the
+vf-serve through the interception gateway with the official ``openai`` client. Whether the first
+reply ended on its own (``<|im_end|>``, finish ``stop``) or was cut at ``max_tokens``, the gateway
+sends the second call as ``first prompt ids + first completion ids + the rendered tail`` instead
+of messages, so the
 rollout is one growing token sequence, whatever the 49,152-token BPE would make of the reply's
 text. Its text must still be exactly what SmolLM2's chat template renders for the program's
 messages (default system prompt included): only the ids of the sampled reply may differ.
@@ -44,18 +45,19 @@ async def test_the_second_call_extends_the_first_token_for_token(vf_serve: Any, 
         # Call 1 went as messages: vf-serve rendered them as transformers does.
         want = real_tokenizer.apply_chat_template(first.messages, add_generation_prompt=True, tokenize=False)
         assert real_tokenizer.decode(first.tokens.prompt_ids) == want
-        if first.finish_reason != "stop":
-            assert not second.token_in  # a cut reply leaves the turn open: nothing exact to continue
-            continue
-        assert first.tokens.completion_ids[-1] == real_tokenizer.convert_tokens_to_ids("<|im_end|>")
         head = [*first.tokens.prompt_ids, *first.tokens.completion_ids]
-        assert second.token_in, r.state["agent"]
+        assert second.token_in and second.tokens.follow_up and second.tokens.token_in, r.state["agent"]
         assert second.tokens.prompt_ids[: len(head)] == head
-        # ...followed by the template's bridge and the new user turn, and nothing else.
-        assert real_tokenizer.decode(second.tokens.prompt_ids[len(head):]) == (
-            "\n<|im_start|>user\nNow say it in fewer words.<|im_end|>\n<|im_start|>assistant\n")
         rendered = real_tokenizer.apply_chat_template(second.messages, add_generation_prompt=True, tokenize=False)
         assert real_tokenizer.decode(second.tokens.prompt_ids) == rendered
+        user_turn = "<|im_start|>user\nNow say it in fewer words.<|im_end|>\n<|im_start|>assistant\n"
+        if first.finish_reason != "stop":
+            # A cut reply: its sampled ids, then the template's whole closing and the new turn.
+            assert real_tokenizer.decode(second.tokens.prompt_ids[len(head):]) == "<|im_end|>\n" + user_turn
+            continue
+        assert first.tokens.completion_ids[-1] == real_tokenizer.convert_tokens_to_ids("<|im_end|>")
+        # ...followed by the template's bridge and the new user turn, and nothing else.
+        assert real_tokenizer.decode(second.tokens.prompt_ids[len(head):]) == "\n" + user_turn
         assert r.token_sequence().prefix_consistent
         continued += 1
         # Re-encoding that text (what a chat call would do) may merge the sampled reply's BPE tokens
@@ -66,7 +68,8 @@ async def test_the_second_call_extends_the_first_token_for_token(vf_serve: Any, 
         assert reencoded[: len(first.tokens.prompt_ids)] == first.tokens.prompt_ids
         assert reencoded[len(reencoded) - len(tail):] == tail
         drifted += reencoded != ids
-    print(f"{continued} of {len(out.results)} second calls went token-in; "
+    print(f"{len(out.results)} of {len(out.results)} second calls went token-in, {continued} after a reply that "
+          "ended on its own; "
           f"{drifted} of them differ from re-encoding the rendered text")
     # About 3 first replies in 4 end on their own here; none of 6 would leave the test checking nothing.
     assert continued >= 1, "no first reply ended on its own, so token-in went unchecked: shorten the questions"

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from verifiers.types import TurnTokens
 
+NOT_FOLLOW_UPS = frozenset({"first_call", "no_earlier_call"})
+"""Plain-call reasons of calls that extend no earlier call (a fresh conversation, e.g. a sub-agent's)."""
+
 
 class SessionLimits(BaseModel):
     """Per-rollout budgets. A call over a budget is answered 400 ``rollout stopped: ...``."""
@@ -41,7 +44,11 @@ class GatewayCall(BaseModel):
     status: int = 0
     """The HTTP status the program got (0 while the call is in flight)."""
     error: str | None = None
+    tool_choice: Any = None
+    """The program's ``tool_choice`` (None when it sent none)."""
     token_in: bool = False
     """True when the prompt went upstream as token ids built from an earlier call (token-exact)."""
+    plain_reason: str | None = None
+    """Why the call went as messages when token-in was on (``first_call``, ``stop_string``, ...)."""
     retries_replayed: int = Field(0, ge=0)
     """SDK retries of this call answered from the record instead of sampling again."""

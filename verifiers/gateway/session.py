@@ -23,7 +23,7 @@ from verifiers.errors import (
     RateLimitError,
     ServerError,
 )
-from verifiers.gateway.records import GatewayCall, SessionLimits
+from verifiers.gateway.records import NOT_FOLLOW_UPS, GatewayCall, SessionLimits
 from verifiers.gateway.wire import error_body, program_args, reply_json
 from verifiers.types import SamplingArgs, TurnTokens
 
@@ -31,8 +31,9 @@ Reply = tuple[int, dict[str, Any]]
 Render = Callable[[Reply, "GatewayCall | None"], Reply]
 """Turns a chat answer into what a program of another dialect receives (see `verifiers.gateway.dialects`)."""
 TokenPrompt = Callable[["Session", list[dict[str, Any]], Any, dict[str, Any]], Any]
-"""Async hook ``(session, messages, tools, sampling_args) -> ModelResponse | None`` that samples from token ids
-(token-in); None means "send the messages" (see `verifiers.gateway.token_in`)."""
+"""Async hook ``(session, messages, tools, sampling_args) -> ModelResponse | str | None`` that samples from token
+ids (token-in); a string (why, e.g. ``first_call``) or None means "send the messages" (see
+`verifiers.gateway.token_in`)."""
 
 
 def _status_of(exc: BaseException, default: int) -> int:
@@ -177,7 +178,8 @@ class Session:
         # model_construct: the fields are ours or the program's JSON; validating every message costs per call
         call = GatewayCall.model_construct(seq=len(self.calls), started=time.time(), messages=messages, tools=tools,
                                            ended=0.0, reply=None, tokens=None, finish_reason=None, status=0,
-                                           error=None, token_in=False, retries_replayed=0)
+                                           error=None, tool_choice=body.get("tool_choice"), token_in=False,
+                                           plain_reason=None, retries_replayed=0)
         self.calls.append(call)
         try:
             response = await self._sample(call, messages, tools, self._upstream_args(body))
@@ -198,6 +200,9 @@ class Session:
         payload = reply_json(response, self.model, keep_logprobs=bool(body.get("logprobs")))
         call.reply = payload["choices"][0]["message"]
         call.tokens = response.tokens
+        if call.tokens is not None and (call.token_in or call.plain_reason is not None):
+            follow_up = call.token_in or call.plain_reason not in NOT_FOLLOW_UPS
+            call.tokens = call.tokens.model_copy(update={"token_in": call.token_in, "follow_up": follow_up})
         call.finish_reason = response.finish_reason
         call.status, call.ended = 200, time.time()
         return (200, payload), call
@@ -225,7 +230,9 @@ class Session:
     ) -> ModelResponse:
         if self.token_prompt is not None and self.want_tokens:
             response = await self.token_prompt(self, messages, tools, args)
-            if response is not None:
+            if isinstance(response, str):
+                call.plain_reason = response
+            elif response is not None:
                 call.token_in = True
                 return response
         try:

@@ -33,6 +33,10 @@ class TemplateTail:
         self.tokenizer = tokenizer
         self.template_kwargs = template_kwargs
         self._special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+        # Special added tokens too: a model may end its turn on one the tokenizer does not name
+        # (Qwen's and the tiny model's ``<|endoftext|>`` beside the template's ``<|im_end|>``).
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        self._special_ids.update(int(i) for i, tok in added.items() if getattr(tok, "special", False))
         eos = getattr(tokenizer, "eos_token_id", None)
         if eos is not None:
             self._special_ids.add(int(eos))
@@ -56,21 +60,31 @@ class TemplateTail:
     def bridge(self, completion_ids: list[int], finish_reason: str | None) -> str | None:
         """The closing text still missing after ``completion_ids``; None when it cannot be known.
 
-        Only a completion that stopped on an end-of-turn token qualifies: that token's text must
-        appear in the closing (after nothing but whitespace, e.g. Llama 2's `` </s>``), and the
-        bridge is what the closing has after it. A completion cut by ``length``, by a stop string
-        or a stop token that is not the template's, leaves the turn open: None.
+        - Ended on the template's end-of-turn token (its text in the closing after nothing but
+          whitespace, e.g. ChatML's ``<|im_end|>``, Llama 2's `` </s>``): what the closing has after it.
+        - Ended on another special token (a second EOS such as ``<|endoftext|>``): the whole
+          closing follows it, so the next turn opens as the template opens turns.
+        - Cut by ``length``: the whole closing. The template closes a cut reply like any other
+          (its text is the reply's content), and the sampled ids stay as they were.
+        - Stopped by a stop string (the last token is plain text): the turn is the program's to
+          close, and the text it sends back is not the ids: None.
         """
         closing = self.closing
-        if closing is None or finish_reason not in ("stop", "tool_calls") or not completion_ids:
+        if closing is None or not completion_ids:
+            return None
+        if finish_reason == "length":
+            return closing
+        if finish_reason not in ("stop", "tool_calls"):
             return None
         last = int(completion_ids[-1])
         if last not in self._special_ids:
             return None
         end = self.tokenizer.decode([last], skip_special_tokens=False)
         pos = closing.find(end) if end else -1
-        if pos < 0 or closing[:pos].strip():
-            return None
+        if pos < 0:
+            return closing
+        if closing[:pos].strip():
+            return None  # the template writes text before its end token that the model did not
         return closing[pos + len(end):]
 
     def tail_text(
@@ -112,12 +126,18 @@ class TemplateTail:
         text = self.tail_text(reply, tail, tools, **template_kwargs)
         if text is None:
             return None
-        # Encoded after the completion's own end token: text after a special token is tokenised
-        # as a fresh piece, exactly as inside a full rendering of the conversation (and a
-        # SentencePiece "prefix space on the first piece only" rule sees a non-first piece).
-        end = int(completion_ids[-1])
-        ids = list(self.tokenizer.encode(self.tokenizer.decode([end], skip_special_tokens=False) + bridge + text,
-                                         add_special_tokens=False))
-        if not ids or ids[0] != end:
+        last = int(completion_ids[-1])
+        if last in self._special_ids:
+            # Encoded after the completion's own end token: text after a special token is tokenised
+            # as a fresh piece, exactly as inside a full rendering of the conversation (and a
+            # SentencePiece "prefix space on the first piece only" rule sees a non-first piece).
+            ids = list(self.tokenizer.encode(self.tokenizer.decode([last], skip_special_tokens=False) + bridge + text,
+                                             add_special_tokens=False))
+            return ids[1:] if ids and ids[0] == last else None
+        # A reply cut by length ends on plain text, which must not merge with what follows: the
+        # closing is encoded alone and must decode to itself (true when it opens with a special
+        # token, as ChatML's, Llama 3's and Gemma's do).
+        ids = list(self.tokenizer.encode(bridge + text, add_special_tokens=False))
+        if not ids or self.tokenizer.decode(ids, skip_special_tokens=False) != bridge + text:
             return None
-        return ids[1:]
+        return ids

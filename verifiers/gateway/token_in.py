@@ -8,9 +8,13 @@ the trainer would then learn from a sequence the sampler never produced. When th
 extend an earlier call (its messages + its reply + a tail of tool/user messages) this hook sends
 ``earlier prompt_ids + completion_ids + ids of the rendered tail`` to ``/v1/completions`` as a
 token-id prompt instead, and turns the text back into a chat reply (tool calls parsed the way the
-embedded server parses them). Anything it cannot do exactly (a reply cut by ``length``, history
-rewritten by the program, a forced ``tool_choice``, a template whose tail is not a clean suffix)
-returns None, and the session sends the messages as usual.
+embedded server parses them, after splitting off ``<think>`` reasoning when the server's chat
+path does). A forced ``tool_choice`` is honoured as the embedded server honours it: the tool
+call's opening (and a named tool's name) is appended to the prompt and sampling fills in the
+rest. A reply cut by ``length`` is continued too: the template closes a cut reply like any other,
+so its whole closing follows the sampled ids. Anything it cannot do exactly (history rewritten
+by the program, a reply ended by a stop string, a template whose tail is not a clean suffix)
+returns the reason as a string, and the session sends the messages as usual.
 
 Use: ``gateway.open_session(client, model, ..., token_prompt=token_prompt_for(tokenizer))`` with
 the policy's tokenizer (the one the server serves).
@@ -28,9 +32,9 @@ from pydantic import BaseModel, Field
 
 from verifiers.clients.response import ModelResponse
 from verifiers.errors import BadRequestError, OverlongPromptError
-from verifiers.gateway.records import GatewayCall
+from verifiers.gateway.records import NOT_FOLLOW_UPS, GatewayCall
 from verifiers.gateway.tail import TemplateTail
-from verifiers.inference.tool_parser import parse_tool_calls
+from verifiers.inference.tool_parser import forced_text, parse_tool_calls
 from verifiers.types import TurnTokens
 
 if TYPE_CHECKING:
@@ -51,7 +55,13 @@ class TokenInStats(BaseModel):
     token_in: int = 0
     plain: int = 0
     reasons: dict[str, int] = Field(default_factory=dict)
-    """Why calls went plain (``first_call``, ``no_earlier_call``, ``length``, ...), counted."""
+    """Why calls went plain (``first_call``, ``no_earlier_call``, ``stop_string``, ...), counted."""
+
+    @property
+    def follow_ups(self) -> int:
+        """Calls that extended an earlier call (token-in or not): what ``token_in`` is a share of."""
+        return self.token_in + sum(n for why, n in self.reasons.items() if why not in NOT_FOLLOW_UPS)
+
 
 
 # -- comparing messages the way a program may have re-serialised them ---------------------------
@@ -124,8 +134,6 @@ def find_extended(
 # -- the request and the reply -------------------------------------------------------------------
 def completion_args(args: dict[str, Any], n_prompt: int, max_model_len: int | None) -> dict[str, Any] | str:
     """The chat call's sampling args for ``/v1/completions``, or why they cannot be carried over."""
-    if args.get("tool_choice") not in (None, "auto"):
-        return "tool_choice"  # forced tool calls need the server's chat path
     if args.get("response_format") is not None:
         return "response_format"
     out = {k: v for k, v in args.items() if k not in _CHAT_ONLY}
@@ -158,11 +166,44 @@ def _chat_logprobs(choice: dict[str, Any]) -> dict[str, Any] | None:
     ]}
 
 
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """``<think>…</think>`` split off the content as vLLM's ``qwen3`` reasoning parser splits it
+    (no closing tag: all content)."""
+    before, start, rest = text.partition("<think>")
+    body = rest if start else before
+    if "</think>" not in body:
+        return None, text
+    reasoning, _, content = body.partition("</think>")
+    return reasoning, content
+
+
+def forced_prefix(tool_choice: Any, tools: Any) -> str | None:
+    """The text a ``tool_choice`` forces before sampling ("" when nothing is forced), or None
+    when it is not one the gateway can honour here (the chat path answers it, errors included)."""
+    if tool_choice in (None, "auto", "none"):
+        return ""
+    if tool_choice == "required":
+        return forced_text(None) if tools else None
+    if not isinstance(tool_choice, dict) or tool_choice.get("type") != "function":
+        return None
+    name = (tool_choice.get("function") or {}).get("name")
+    known = {(t.get("function") or {}).get("name") for t in tools or [] if isinstance(t, dict)}
+    return forced_text(name) if isinstance(name, str) and name in known else None
+
+
 def chat_response(
-    completion: ModelResponse, prompt_ids: list[int], tools: Any, parse_tools: ToolParser
+    completion: ModelResponse, prompt_ids: list[int], tools: Any, parse_tools: ToolParser, *,
+    forced: str = "", reasoning: bool = False,
 ) -> ModelResponse:
-    """A ``/v1/completions`` answer as the chat answer the program expects (and the trainer records)."""
-    text = completion.content or ""
+    """A ``/v1/completions`` answer as the chat answer the program expects (and the trainer records).
+
+    ``forced`` is the tool call opening that was appended to the prompt (it is part of the reply's
+    text, as on the chat path); ``reasoning`` splits ``<think>`` off into ``reasoning_content``.
+    """
+    text = forced + (completion.content or "")
+    thought: str | None = None
+    if reasoning:
+        thought, text = split_reasoning(text)
     content: str | None = text
     calls: list[dict[str, Any]] = []
     finish = completion.finish_reason
@@ -176,9 +217,11 @@ def chat_response(
                             completion_logprobs=tokens.completion_logprobs, finish_reason=finish)
     raw_choice = ((completion.raw or {}).get("choices") or [{}])[0]
     usage = completion.usage
+    message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": calls}
+    if thought is not None:
+        message["reasoning_content"] = thought
     raw = {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls},
-                     "logprobs": _chat_logprobs(raw_choice), "finish_reason": finish}],
+        "choices": [{"index": 0, "message": message, "logprobs": _chat_logprobs(raw_choice), "finish_reason": finish}],
         "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
                   "total_tokens": usage.prompt_tokens + usage.completion_tokens},
     }
@@ -198,6 +241,8 @@ class TokenIn:
     ``max_model_len`` lets a call without ``max_tokens`` go token-in (the completions API would
     otherwise stop at 16 tokens); ``parse_tools`` is the server's tool-call format (Hermes
     ``<tool_call>`` blocks, as the embedded server and vLLM's ``hermes`` parser read them).
+    ``reasoning`` splits ``<think>`` off into ``reasoning_content``: True, False, or None to do
+    what the server's chat path did for the call being continued (split if its reply was).
     """
 
     def __init__(
@@ -206,11 +251,13 @@ class TokenIn:
         *,
         max_model_len: int | None = None,
         parse_tools: ToolParser = parse_tool_calls,
+        reasoning: bool | None = None,
         **template_kwargs: Any,
     ) -> None:
         self.tail = TemplateTail(tokenizer, **template_kwargs)
         self.max_model_len = max_model_len
         self.parse_tools = parse_tools
+        self.reasoning = reasoning
         self._sessions: weakref.WeakKeyDictionary[Any, _SessionState] = weakref.WeakKeyDictionary()
 
     def _state(self, session: Session) -> _SessionState:
@@ -227,8 +274,9 @@ class TokenIn:
 
     def plan(
         self, session: Session, messages: list[dict[str, Any]], tools: Any, args: dict[str, Any]
-    ) -> tuple[list[int], dict[str, Any]] | str:
-        """The token-id prompt and completions args for this call, or why it goes as messages."""
+    ) -> tuple[list[int], dict[str, Any], GatewayCall, str] | str:
+        """The token-id prompt, completions args, the call it continues and the forced tool-call
+        text for this call, or why it goes as messages."""
         state = self._state(session)
 
         def canon(call: GatewayCall) -> list[str]:
@@ -243,28 +291,34 @@ class TokenIn:
         tokens = earlier.tokens
         if tokens is None:
             return "earlier_without_tokens"
-        if (tokens.finish_reason or earlier.finish_reason) == "length":
-            return "length"
+        finish = tokens.finish_reason or earlier.finish_reason
+        if self.tail.bridge(tokens.completion_ids, finish) is None:
+            return "stop_string" if finish in ("stop", "tool_calls") else "open_turn"
+        forced = forced_prefix(args.get("tool_choice"), tools)
+        if forced is None:
+            return "tool_choice"
         template_kwargs = dict((args.get("extra_body") or {}).get("chat_template_kwargs") or {})
-        more = self.tail.continuation_ids(tokens.completion_ids, tokens.finish_reason or earlier.finish_reason,
-                                          messages[len(earlier.messages)], tail, tools, **template_kwargs)
+        more = self.tail.continuation_ids(tokens.completion_ids, finish, messages[len(earlier.messages)], tail, tools,
+                                          **template_kwargs)
         if more is None:
             return "no_clean_tail"
         ids = [*tokens.prompt_ids, *tokens.completion_ids, *more]
+        if forced:
+            ids += self.tail.tokenizer.encode(forced, add_special_tokens=False)
         upstream = completion_args(args, len(ids), self.max_model_len)
         if isinstance(upstream, str):
             return upstream
-        return ids, upstream
+        return ids, upstream, earlier, forced
 
     async def __call__(
         self, session: Session, messages: list[dict[str, Any]], tools: Any, args: dict[str, Any]
-    ) -> ModelResponse | None:
+    ) -> ModelResponse | str:
         state = self._state(session)
         planned = self.plan(session, messages, tools, args)
         if isinstance(planned, str):
             state.counts[planned] += 1
-            return None
-        ids, upstream = planned
+            return planned
+        ids, upstream, earlier, forced = planned
         try:
             completion = await session.client.complete(session.model, ids, sampling_args=upstream)
         except OverlongPromptError:
@@ -273,9 +327,13 @@ class TokenIn:
             # Refused as token ids: the messages go as a chat call, which answers the program with
             # the server's own words if the request is bad either way (e.g. the program's `stop`).
             state.counts["upstream_rejected"] += 1
-            return None
+            return "upstream_rejected"
         state.counts["token_in"] += 1
-        return chat_response(completion, ids, tools, self.parse_tools)
+        reasoning = self.reasoning
+        if reasoning is None:
+            reasoning = bool((earlier.reply or {}).get("reasoning_content") or (earlier.reply or {}).get("reasoning"))
+        parsed_tools = tools if args.get("tool_choice") != "none" else None
+        return chat_response(completion, ids, parsed_tools, self.parse_tools, forced=forced, reasoning=reasoning)
 
 
 def token_prompt_for(tokenizer: Any, **kwargs: Any) -> TokenIn:

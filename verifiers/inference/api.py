@@ -36,7 +36,7 @@ from verifiers.inference.protocol import (
 )
 from verifiers.inference.render_cache import RenderCache
 from verifiers.inference.sse import DONE, ChunkWriter, merge_deltas
-from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
+from verifiers.inference.tool_parser import OPEN, forced_text, parse_tool_calls, tag_prefix_len
 
 INLINE_PARSE_CHARS = 16_000
 """Bodies up to about this size (`body_chars`) are parsed on the event loop, larger ones in a thread."""
@@ -243,10 +243,8 @@ class EmbeddedAPI:
         max_tokens = req.max_completion_tokens or req.max_tokens
         params = req.sampling(max_tokens=max_tokens, logprobs=req.logprobs, top_logprobs=req.top_logprobs or 0)
         forced: list[int] = []
-        if named is not None:
-            forced = self._encode(f'{OPEN}{{"name": {json.dumps(named)}, "arguments": ')
-        elif req.tool_choice == "required":
-            forced = self._encode(OPEN)
+        if named is not None or req.tool_choice == "required":
+            forced = self._encode(forced_text(named))
         return prompt_ids, params, forced, use_tools
 
     def _chat_choice(self, req: ChatRequest, o: SequenceOutput, use_tools: bool) -> dict[str, Any]:

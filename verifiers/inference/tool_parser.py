@@ -51,6 +51,14 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     return (content or None), calls
 
 
+def forced_text(tool_name: str | None) -> str:
+    """What a forced ``tool_choice`` writes before sampling starts: the block's opening, and with a
+    named tool its name, so the model only fills in the arguments (``required``: ``tool_name`` None)."""
+    if tool_name is None:
+        return OPEN
+    return f'{OPEN}{{"name": {json.dumps(tool_name)}, "arguments": '
+
+
 def tag_prefix_len(text: str) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``.
 
