@@ -26,6 +26,7 @@ import openai  # noqa: E402
 from verifiers.clients.openai_client import as_chat_client, make_client  # noqa: E402
 from verifiers.clients.response import ModelResponse, parse_completion_response  # noqa: E402
 from verifiers.data.templating import apply_chat_template  # noqa: E402
+from verifiers.eval.summary import summarize  # noqa: E402
 from verifiers.gateway import InterceptionGateway  # noqa: E402
 from verifiers.gateway.tail import TemplateTail  # noqa: E402
 from verifiers.gateway.token_in import (  # noqa: E402
@@ -507,17 +508,19 @@ async def test_agent_env_with_the_policy_tokenizer_trains_one_exact_row_per_line
         out = await env.a_generate(env.get_dataset().rows, client, MODEL, rollouts_per_example=4)
     finally:
         await client.close()
-    token_in = 0
+    finishes = set()
     for r in out.results:
         assert r.error is None, r.error
         calls = r.state["agent"]["calls"]
-        assert len(calls) == 3
+        assert len(calls) == 3 and r.state["agent"]["token_in_calls"] == 2
         for prev, call in itertools.pairwise(calls):
-            if prev.finish_reason == "stop":
-                assert call.token_in
-                assert call.tokens.prompt_ids[: len(prev.tokens.prompt_ids) + len(prev.tokens.completion_ids)] == \
-                    prev.tokens.prompt_ids + prev.tokens.completion_ids
-        token_in += r.state["agent"]["token_in_calls"]
-        if all(c.token_in for c in calls[1:]):
-            assert r.token_sequence().prefix_consistent
-    assert token_in >= 2  # most replies end with <|im_end|> (biased), so follow-ups went token-in
+            # Every follow-up continues the earlier call's ids, whether that reply stopped or was cut.
+            assert call.token_in and call.tokens.follow_up and call.tokens.token_in
+            assert call.tokens.prompt_ids[: len(prev.tokens.prompt_ids) + len(prev.tokens.completion_ids)] == \
+                prev.tokens.prompt_ids + prev.tokens.completion_ids
+            finishes.add(prev.finish_reason)
+        assert r.token_sequence().prefix_consistent and len(r.token_rows()) == 1
+    # vf-eval's summary (and vf-train's `rollouts/token_in_share`) report the share of follow-ups.
+    summary = summarize(out.results)
+    assert (summary.tokens.follow_up_calls, summary.tokens.token_in_share) == (8, 1.0)
+    print(f"follow-up calls after replies that ended with: {sorted(map(str, finishes))}")

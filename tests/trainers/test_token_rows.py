@@ -124,6 +124,20 @@ def test_rows_per_rollout_and_prefix_breaks_metrics() -> None:
     assert split["completions/max_length"] == 6
 
 
+def test_token_in_share_counts_follow_up_calls_only() -> None:
+    """`rollouts/token_in_share`: of the agent programs' follow-up calls, those that went token-in;
+    absent when no call was a follow-up (an environment without a program, or without a tokenizer)."""
+    _, plain = assembler().build(groups(set()), 0, "cpu")
+    assert "rollouts/token_in_share" not in plain
+    results = groups(set())
+    for g, group in enumerate(results):
+        for i, r in enumerate(group):
+            first, second = r.tokens
+            r.tokens = [first, second.model_copy(update={"follow_up": True, "token_in": (g, i) != (0, 1)})]
+    _, metrics = assembler().build(results, 0, "cpu")
+    assert metrics["rollouts/token_in_share"] == pytest.approx(6 / 7)
+
+
 # -- the loss weighs a rollout once ----------------------------------------------------------------
 # Rollout A has 6 trained tokens, B 3. Unsplit: one row each. Split: A's tokens in three rows.
 UNSPLIT = [[0, 1, 2, 3, 4, 5], [6, 7, 8]]  # rows as token indices into one logp vector

@@ -85,6 +85,10 @@ class TokenSummary(BaseModel):
     completion_total: int = 0
     prompt_mean: float = 0.0
     completion_mean: float = 0.0
+    follow_up_calls: int = 0
+    """Agent-program calls that extended an earlier call of their rollout (`TurnTokens.follow_up`)."""
+    token_in_share: float | None = None
+    """Share of those that went token-in, i.e. continued the earlier call's exact ids (None: no follow-ups)."""
 
 
 class EvalSummary(BaseModel):
@@ -254,11 +258,15 @@ def summarize(
     prompt_total = sum(r.usage.prompt_tokens for r in rs)
     completion_total = sum(r.usage.completion_tokens for r in rs)
     n = len(rs)
+    follow_ups = sum(1 for r in rs for t in r.tokens if t.follow_up)
+    token_in = sum(1 for r in rs for t in r.tokens if t.follow_up and t.token_in)
     tokens = TokenSummary(
         prompt_total=prompt_total,
         completion_total=completion_total,
         prompt_mean=prompt_total / n if n else 0.0,
         completion_mean=completion_total / n if n else 0.0,
+        follow_up_calls=follow_ups,
+        token_in_share=token_in / follow_ups if follow_ups else None,
     )
     return EvalSummary(
         n=n,
@@ -381,3 +389,6 @@ def render_summary(summary: EvalSummary, console: Console) -> None:
     kt.add_row("prompt", f"{tok.prompt_total:,}", f"{tok.prompt_mean:.1f}")
     kt.add_row("completion", f"{tok.completion_total:,}", f"{tok.completion_mean:.1f}")
     console.print(kt)
+    if tok.token_in_share is not None:
+        console.print(f"token-in: {tok.token_in_share:.1%} of {tok.follow_up_calls} follow-up calls continued the "
+                      "earlier call's exact ids")

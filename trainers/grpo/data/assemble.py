@@ -156,8 +156,10 @@ class BatchAssembler:
 
         Lengths and the clipped ratio are per trained rollout (a rollout of several rows: its
         rows' trained tokens together; clipped when one of its rows is). ``rollouts/trained``
-        counts rollouts, ``rollouts/rows_per_rollout`` their mean number of rows and
-        ``rollouts/prefix_breaks`` the model calls that did not extend an earlier call.
+        counts rollouts, ``rollouts/rows_per_rollout`` their mean number of rows,
+        ``rollouts/prefix_breaks`` the model calls that did not extend an earlier call and
+        ``rollouts/token_in_share`` (only with agent programs' follow-up calls) the share of those
+        follow-ups that continued the earlier call's exact ids.
         """
         del batch  # the rows say it all (kept in the signature for callers)
         lengths: dict[int, int] = {}
@@ -173,6 +175,8 @@ class BatchAssembler:
             "rows": float(sum(1 for r in rows if not r.is_expert)), "prefix_breaks": float(breaks),
             "errors": sum(1 for r in results if r.error),
             "scoring_errors": sum(1 for r in results if r.scoring_errors),
+            "follow_ups": float(sum(1 for r in results for t in r.tokens if t.follow_up)),
+            "token_in": float(sum(1 for r in results for t in r.tokens if t.follow_up and t.token_in)),
         }
         for r in results:
             for k, v in r.metrics.items():
@@ -192,6 +196,8 @@ class BatchAssembler:
             "rollouts/rows_per_rollout": tot["rows"] / tot["n/rl"],
             "rollouts/prefix_breaks": tot["prefix_breaks"],
         }
+        if tot["follow_ups"]:  # agent programs' calls that extended an earlier call: how many went token-in
+            metrics["rollouts/token_in_share"] = tot["token_in"] / tot["follow_ups"]
         for k in sorted(tot):
             if k.startswith("rewards/"):
                 metrics[k] = tot[k] / tot[f"n/{k}"]
