@@ -60,7 +60,7 @@ def _workload(requests: int, max_prompt: int, max_new: int) -> list[tuple[list[i
 
 
 def _run(engine: Any, jobs: list[tuple[list[int], int]], kv_bytes: Any) -> tuple[list[list[int]], int, float]:
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     peak = 0
     step = engine._step

@@ -137,7 +137,7 @@ def inprocess(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
     from verifiers.inference.runner import inprocess_client
 
     torch.set_num_threads(threads)

@@ -47,7 +47,7 @@ def bench_generate(model_dir: Path, chats: list, max_tokens: int) -> float:
     import torch
 
     from verifiers.data.templating import apply_chat_template
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(model_dir)
     ids = [apply_chat_template(tok, c) for c in chats]

@@ -70,7 +70,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir: Path) -> Any:
-    from verifiers.inference.loading import load_tokenizer
+    from verifiers.inference.engine.loading import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_dir)
     tokenizer.model_max_length = TINY_CONTEXT  # as the served model's (no length warnings)

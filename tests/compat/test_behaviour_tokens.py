@@ -25,7 +25,7 @@ from openai import AsyncOpenAI  # noqa: E402
 import verifiers as vf  # noqa: E402
 from verifiers.compat.env_adapters import ProcessedOutputs  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.loading import load_model_and_tokenizer  # noqa: E402
+from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
 from verifiers.inference.runner import EmbeddedServer  # noqa: E402
 from verifiers.inference.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 

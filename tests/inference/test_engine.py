@@ -18,7 +18,7 @@ import pytest
 
 from verifiers.errors import ConfigError, OverlongPromptError
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.sampling import RowSampling, SamplingParams, process_logits
+from verifiers.inference.engine.sampling import RowSampling, SamplingParams, process_logits
 
 MODEL = "tiny"
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]

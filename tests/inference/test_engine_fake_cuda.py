@@ -16,7 +16,7 @@ import torch
 
 from trainers.testing.fake_cuda import CUDA, DeviceCheck, fake_cuda
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.sampling import SamplingParams
 from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
 
 REQUESTS: list[tuple[list[int], dict[str, Any], int]] = [

@@ -1,4 +1,4 @@
-"""Packed projection weights (`verifiers.inference.projections`): same products, never stale.
+"""Packed projection weights (`verifiers.inference.engine.projections`): same products, never stale.
 
 The engine's fast path multiplies by oneDNN-packed copies of the projection weights. A copy is
 only worth having if it gives the modules' own products and is rebuilt whenever the weights
@@ -14,10 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifiers.inference import projections  # noqa: E402
-from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.projections import ModuleProjections, PackedProjections  # noqa: E402
-from verifiers.inference.sampling import SamplingParams  # noqa: E402
+from verifiers.inference.engine import InferenceEngine, projections  # noqa: E402
+from verifiers.inference.engine.projections import ModuleProjections, PackedProjections  # noqa: E402
+from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
 from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -133,7 +132,7 @@ def test_the_engine_decodes_under_cpu_autocast_with_the_modules_products() -> No
     """An engine driven from a thread under bf16 autocast (a user's own loop) still decodes: the
     packed float32 primitive refuses bf16 inputs, so autocast takes the modules' products."""
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
     from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from verifiers.inference.engine import StreamDelta
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.sampling import SamplingParams
 from verifiers.inference.sse import ChunkWriter, merge_deltas
 
 MODEL = "tiny"

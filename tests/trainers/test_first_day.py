@@ -15,7 +15,7 @@ from trainers.grpo.data.generator import check_resumable
 from trainers.grpo.data.sampler import RepeatSampler
 from trainers.grpo.run.reporting import curve_panels
 from verifiers.errors import ConfigError
-from verifiers.inference import devices
+from verifiers.inference.engine import devices
 
 
 @pytest.mark.parametrize(("value", "expected"), [("tensorboard", ["tensorboard"]), ("jsonl, wandb", ["jsonl", "wandb"]),

@@ -426,7 +426,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_export_names_are_the_checkpoint_names(tiny_llama: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(tiny_llama, with_tokenizer=False)
     assert model.config.tie_word_embeddings  # what the lm_head rule is about
@@ -451,7 +451,7 @@ def test_export_merges_lora_without_touching_the_model(tiny_llama: Path, tmp_pat
     peft = pytest.importorskip("peft")
     from safetensors.torch import load_file
 
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(tiny_llama, with_tokenizer=False)
     base_names = set(load_file(str(tiny_llama / "model.safetensors")))
@@ -736,7 +736,7 @@ def test_nccl_round_trip_to_a_vllm_server(tmp_path: Path) -> None:
         pytest.skip("vLLM is not installed")
     pytest.importorskip("transformers")
     from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
     from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
     from verifiers.inference.vllm_admin import VLLMAdmin
     from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import verifiers as vf
-from verifiers.inference.loading import load_model_and_tokenizer
+from verifiers.inference.engine.loading import load_model_and_tokenizer
 from verifiers.inference.vllm_admin import VLLMAdmin
 from verifiers.inference.vllm_server import VLLMServer
 

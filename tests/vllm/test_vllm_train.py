@@ -57,7 +57,7 @@ FINAL_TOL = 1e-3
 
 def probe_matches_final_model(server_url: str, final_model: Path, served_name: str = "policy") -> float:
     from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(final_model)
     ids = sync_probe.probe_token_ids(tok)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.sampling import SamplingParams
 
 # The ``error.type`` an OpenAI-compatible server names for an HTTP status (the embedded server's
 # and the scripted test server's one table; each picks its own name for a status not listed).

@@ -191,7 +191,7 @@ def save_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None) -> P
     model, tok = build_tiny_model(spec)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    # Marks the tokenizer files as exact (see `verifiers.inference.loading.load_tokenizer`).
+    # Marks the tokenizer files as exact (see `verifiers.inference.engine.loading.load_tokenizer`).
     cfg_file = out / "tokenizer_config.json"
     cfg = json.loads(cfg_file.read_text())
     cfg["vf_exact"] = True

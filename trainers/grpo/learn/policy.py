@@ -147,7 +147,7 @@ class Policy:
 def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist) -> Policy:
     """Load the model (float32 by default), add the reference copy or LoRA, AdamW and the schedule."""
     from trainers.grpo.learn.fsdp import whole_loading
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
     # round away unless they exceed half its last bit (see docs/training.md, "Precision").

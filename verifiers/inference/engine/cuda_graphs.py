@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verifiers.inference.fast_decode import FastDecoder
+from verifiers.inference.engine.fast_decode import FastDecoder
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 """Batch sizes a graph is captured for; a step runs the smallest bucket holding its rows."""

@@ -1,6 +1,6 @@
 """The linear projections of a Llama-family model, as the engine's plain forward calls them.
 
-`forward_tokens` and `FastDecoder` (`verifiers.inference.fast_decode`) ask for a layer's query,
+`forward_tokens` and `FastDecoder` (`verifiers.inference.engine.fast_decode`) ask for a layer's query,
 key and value projections, its output projection, its MLP and the head through one of these:
 
 - `ModuleProjections` reads each ``nn.Linear``'s weight on every call (``F.linear``), so autograd

@@ -7,7 +7,7 @@ through its ``Cache`` classes and runs SDPA's flash kernel for a single query ro
 arithmetic runs with one fused ``rms_norm`` per norm, the rotation looked up by position with one
 sign-folded sine (`RotaryTable`), keys and values written straight into the engine's `SlotKV`,
 grouped-query attention as two batched products, and the projections as oneDNN products of packed
-copies of the weights (`verifiers.inference.projections`). For 64 completions of 16 tokens on one
+copies of the weights (`verifiers.inference.engine.projections`). For 64 completions of 16 tokens on one
 thread this takes 0.70x transformers' time at 0.8M parameters and 0.52x at 25M
 (`benchmarks/fast_decode.py`). The prefill (`FastDecoder.prefill`) runs `forward_tokens`, the
 multi-token forward the learner shares (with autograd), writing each layer's keys and values
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verifiers.inference.projections import ModuleProjections, PackedProjections, Projections
+from verifiers.inference.engine.projections import ModuleProjections, PackedProjections, Projections
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 """Models whose decoder layer is exactly: RMSNorm, attention (optional q/k norm, biases), RMSNorm, SwiGLU MLP."""

@@ -93,7 +93,7 @@ class SlotKV:
         # What the next forward does: ("decode", 0, rows, write_cols, width) or ("prefill", start, stop, offset, n).
         self.plan: tuple[Any, ...] = ("decode", 0, 0, None, 0)
         self.peak_bytes = 0
-        # Captured decoding steps (`verifiers.inference.cuda_graphs`) read these buffers at fixed
+        # Captured decoding steps (`verifiers.inference.engine.cuda_graphs`) read these buffers at fixed
         # addresses: there the columns grow straight to the bound asked for and an empty batch keeps them.
         self.keep = False
 

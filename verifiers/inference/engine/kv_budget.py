@@ -3,7 +3,7 @@
 The engine's cache is dense: ``rows x columns`` where the column count is the longest row. So the
 honest cost of a set of rows is ``len(rows) * max(worst-case row length)``, where a row's worst
 case is its (padded) prompt plus its ``max_tokens``. Admitting against that product bounds the
-real buffer bytes (`verifiers.inference.kv.SlotKV` never allocates beyond it), unlike a sum of
+real buffer bytes (`verifiers.inference.engine.kv.SlotKV` never allocates beyond it), unlike a sum of
 per-row lengths, which only a paged cache could honour.
 """
 
