@@ -98,7 +98,7 @@ def measure(vocab: int = 0, requests: int = 48, max_prompt: int = 64, max_new: i
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=hidden, num_hidden_layers=layers,

@@ -68,7 +68,7 @@ def other_envs() -> list[tuple[str, dict[str, Any]]]:
 def resolve(model: str) -> Path:
     """The model's directory: ``model`` itself, or what `resolve_model` makes of a name."""
     from verifiers.errors import ConfigError
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.models.source import resolve_model
 
     try:
         path = resolve_model(model)

@@ -102,7 +102,7 @@ def main() -> None:
     chats = prompts(a.requests)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "tiny"
-        subprocess.run([sys.executable, "-m", "verifiers.inference.tiny", str(model_dir), "--hidden-size",
+        subprocess.run([sys.executable, "-m", "verifiers.models.tiny", str(model_dir), "--hidden-size",
                         str(a.hidden), "--intermediate-size", str(a.hidden * 3), "--layers", str(a.layers),
                         "--heads", str(a.heads), "--kv-heads", str(max(1, a.heads // 2))],
                        check=True, capture_output=True)

@@ -52,7 +52,7 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
 
 
 def build_model(out: Path, shape: dict[str, int]) -> int:
-    subprocess.run([sys.executable, "-m", "verifiers.inference.tiny", str(out), "--hidden-size", str(shape["hidden"]),
+    subprocess.run([sys.executable, "-m", "verifiers.models.tiny", str(out), "--hidden-size", str(shape["hidden"]),
                     "--intermediate-size", str(shape["intermediate"]), "--layers", str(shape["layers"]),
                     "--heads", str(shape["heads"]), "--kv-heads", str(shape["kv_heads"])],
                    check=True, capture_output=True)

@@ -62,7 +62,7 @@ def anthropic_python() -> Path:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     spec = TinyModelSpec(seed=0, max_position_embeddings=TINY_CONTEXT)
     return save_tiny_model(tmp_path_factory.mktemp("agents-tiny") / "model", spec)

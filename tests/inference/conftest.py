@@ -42,7 +42,7 @@ from verifiers.inference.engine import (  # noqa: E402
 )
 from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
 from verifiers.inference.runner import EmbeddedServer, inprocess_client  # noqa: E402
-from verifiers.inference.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
+from verifiers.models.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 
 MODEL_NAME = "tiny"
 WEIGHT_STD = 0.2

@@ -19,7 +19,7 @@ PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16, 17], [18, 19]]
 
 
 def _model(dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=128, intermediate_size=384, num_hidden_layers=3,

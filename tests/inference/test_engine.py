@@ -265,7 +265,7 @@ def test_streamed_text_is_the_tokenizers_decode(cleanup: bool) -> None:
     ``tokenizer.decode`` does; with ``clean_up_tokenization_spaces`` (a Python pass) by ``decode`` itself."""
     import torch
 
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64, intermediate_size=128, num_hidden_layers=1,

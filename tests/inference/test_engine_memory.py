@@ -18,7 +18,7 @@ from verifiers.errors import OverlongPromptError, ServerError  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
 from verifiers.inference.engine.fast_decode import FastDecoder  # noqa: E402
 from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 PROMPTS = [[5 + i, 6, 7 + i, 8, 9][: 1 + i % 5] * (1 + i % 3) for i in range(10)]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

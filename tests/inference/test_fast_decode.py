@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
 from verifiers.inference.engine.fast_decode import FastDecoder, why_not  # noqa: E402
 from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_char_tokenizer, build_tiny_model  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_char_tokenizer, build_tiny_model  # noqa: E402
 
 
 def _qwen3(tok: Any) -> Any:

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from verifiers.inference.engine import InferenceEngine, projections  # noqa: E402
 from verifiers.inference.engine.projections import ModuleProjections, PackedProjections  # noqa: E402
 from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2}
@@ -133,7 +133,7 @@ def test_the_engine_decodes_under_cpu_autocast_with_the_modules_products() -> No
     packed float32 primitive refuses bf16 inputs, so autocast takes the modules' products."""
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.engine.sampling import SamplingParams
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))
@@ -156,7 +156,7 @@ def test_the_engine_samples_under_bf16_autocast_when_asked() -> None:
     autocast, so its logprobs are bf16 ones (close to, not equal to, float32's); anything else is
     refused by name."""
     from verifiers.errors import ConfigError
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from verifiers.errors import ConfigError
-from verifiers.inference.model_source import resolve_model
 from verifiers.models.registry import KNOWN, ModelEntry
+from verifiers.models.source import resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ from typing import Any
 import openai
 import pytest
 
-from verifiers.inference.model_source import resolve_model
 from verifiers.models.registry import KNOWN, get_model
+from verifiers.models.source import resolve_model
 
 # The first test downloads and converts the model (about a minute on 2 busy cores); vf-serve loads it.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -89,7 +89,7 @@ class ThreadServer:
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("sec-tiny") / "tiny", TinyModelSpec(seed=0))
 

@@ -94,7 +94,7 @@ def test_unknown_hugging_face_model_offline_is_a_config_error(
 
 
 def test_a_local_directory_is_still_a_directory(base_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.models.source import resolve_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert resolve_model(str(base_model_dir)) == base_model_dir

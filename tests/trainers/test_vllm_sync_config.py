@@ -76,7 +76,7 @@ def test_probe_ids_and_trainer_logprobs_on_a_tiny_model(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from verifiers.inference.engine.loading import load_model_and_tokenizer
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     model, tok = load_model_and_tokenizer(save_tiny_model(tmp_path / "m", TinyModelSpec(hidden_size=32)))
     ids = sync_probe.probe_token_ids(tok)

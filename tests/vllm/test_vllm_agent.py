@@ -52,7 +52,7 @@ token-in continues only replies that ended on the stop token."""
 async def test_follow_up_calls_go_to_vllm_as_token_ids(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any,
                                                        teach_conversation: Any) -> None:
     """Token-in against vLLM: /v1/completions with an id prompt, logprobs and return_token_ids."""
-    from verifiers.inference.tiny import save_tiny_model
+    from verifiers.models.tiny import save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
     teach_conversation(model_dir, OK_CONVERSATION)

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from verifiers.inference.engine.loading import check_model_dir
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.models.source import resolve_model
 
     problem = _check_limits(args)
     if problem:

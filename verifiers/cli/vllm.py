@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         i = args_in.index("--")
         args_in, extra = args_in[:i], args_in[i + 1 :]
     args = build_parser().parse_args(args_in)
-    from verifiers.inference.model_source import resolve_model
     from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.models.source import resolve_model
 
     try:  # vLLM is given a save_pretrained directory: a GGUF or a registry name is converted first
         model_dir = str(resolve_model(args.model_dir, log=lambda line: print(f"vf-vllm: {line}", file=sys.stderr,

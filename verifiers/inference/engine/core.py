@@ -133,7 +133,7 @@ class InferenceEngine:
         """An engine on ``path``: a saved directory, a .gguf file, a registry name or a hub id (`resolve_model`)."""
         from verifiers.inference.engine.attention import use_gqa_attention
         from verifiers.inference.engine.loading import load_model_and_tokenizer
-        from verifiers.inference.model_source import resolve_model
+        from verifiers.models.source import resolve_model
 
         # a directory, a .gguf file (converted once), a registry name or a hub id
         model, tok = load_model_and_tokenizer(resolve_model(str(path)), dtype=dtype, device=device)

@@ -8,7 +8,7 @@ assistant and tool messages and the Hermes-style ``<tool_call>{json}</tool_call>
 format. Both are written with ``save_pretrained`` so any transformers user can load
 them with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
 
-Run ``vf-tiny OUT_DIR`` or ``python -m verifiers.inference.tiny OUT_DIR``.
+Run ``vf-tiny OUT_DIR`` or ``python -m verifiers.models.tiny OUT_DIR``.
 """
 
 from __future__ import annotations
