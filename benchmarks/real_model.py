@@ -138,7 +138,7 @@ def inprocess(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
 
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.engine.loading import load_model_and_tokenizer
-    from verifiers.inference.runner import inprocess_client
+    from verifiers.inference.server.runner import inprocess_client
 
     torch.set_num_threads(threads)
     model, tok = load_model_and_tokenizer(model_dir)

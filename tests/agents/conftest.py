@@ -85,7 +85,7 @@ def tiny_server(tiny_model_dir: Path) -> Iterator[Any]:
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model; extra threads only contend on a small machine

@@ -26,7 +26,7 @@ import verifiers as vf  # noqa: E402
 from verifiers.compat.env_adapters import ProcessedOutputs  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
 from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
-from verifiers.inference.runner import EmbeddedServer  # noqa: E402
+from verifiers.inference.server.runner import EmbeddedServer  # noqa: E402
 from verifiers.models.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 
 MODEL = "tiny"

@@ -41,7 +41,7 @@ from verifiers.inference.engine import (  # noqa: E402
     StreamDelta,
 )
 from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
-from verifiers.inference.runner import EmbeddedServer, inprocess_client  # noqa: E402
+from verifiers.inference.server.runner import EmbeddedServer, inprocess_client  # noqa: E402
 from verifiers.models.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 
 MODEL_NAME = "tiny"

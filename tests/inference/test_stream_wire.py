@@ -19,7 +19,7 @@ import pytest
 
 from verifiers.inference.engine import StreamDelta
 from verifiers.inference.engine.sampling import SamplingParams
-from verifiers.inference.sse import ChunkWriter, merge_deltas
+from verifiers.inference.server.sse import ChunkWriter, merge_deltas
 
 MODEL = "tiny"
 MESSAGES = [{"role": "user", "content": "stream me"}]

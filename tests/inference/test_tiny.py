@@ -19,7 +19,7 @@ import pytest
 
 from verifiers.data.templating import ChatTemplateError, apply_chat_template
 from verifiers.inference.engine.loading import load_tokenizer
-from verifiers.inference.tool_parser import parse_tool_calls
+from verifiers.inference.server.tool_parser import parse_tool_calls
 from verifiers.models.tiny import IM_END, TOOL_TOKENS, build_char_tokenizer
 
 ARCHS = ("llama", "qwen2")

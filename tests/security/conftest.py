@@ -111,7 +111,7 @@ def engine(tiny_dir: Path) -> Iterator[Any]:
 @contextlib.contextmanager
 def serving(engine: Any, **app_kw: Any) -> Iterator[ThreadServer]:
     pytest.importorskip("fastapi")
-    from verifiers.inference.server import create_app
+    from verifiers.inference.server.app import create_app
 
     srv = ThreadServer(create_app(engine, ["tiny"], **app_kw), timeout_keep_alive=5)
     try:

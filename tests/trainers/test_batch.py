@@ -35,7 +35,7 @@ class AskAgain(vf.MultiTurnEnv):
 @pytest.fixture(scope="module")
 def served(base_model_dir: Path) -> Iterator[Any]:
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     with InferenceEngine.from_pretrained(base_model_dir) as engine, EmbeddedServer(engine, ["tiny"]) as server:
         yield server

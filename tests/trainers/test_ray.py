@@ -215,7 +215,7 @@ def test_workers_sample_like_one_process_and_a_killed_worker_loses_nothing(
     from trainers.grpo.ray.rollouts import start_ray_rollouts
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.engine.loading import load_model_and_tokenizer
-    from verifiers.inference.runner import EngineChatClient
+    from verifiers.inference.server.runner import EngineChatClient
 
     cfg = train_config(tmp_path, prompts_per_step=4, num_generations=2, env_args={"score_delay_s": 1.0},
                        ray={"num_workers": 2, "worker_num_cpus": 0.5})

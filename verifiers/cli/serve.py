@@ -114,11 +114,11 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
     from transformers.utils import logging as hf_logging
 
     from verifiers.gc_freeze import startup_objects_frozen
-    from verifiers.inference.access_log import RequestLog, ThroughputMeter
-    from verifiers.inference.connections import ConnectionGuard, guarded_h11_protocol
     from verifiers.inference.engine import InferenceEngine
     from verifiers.inference.engine.devices import unused_gpu_note
-    from verifiers.inference.server import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from verifiers.inference.server.access_log import RequestLog, ThroughputMeter
+    from verifiers.inference.server.app import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from verifiers.inference.server.connections import ConnectionGuard, guarded_h11_protocol
 
     hf_logging.disable_progress_bar()  # the server prints its own one-line banner
     try:

@@ -56,7 +56,7 @@ class SharedEngineSync:
 
     def make_client(self) -> Any:
         # Environments get the engine without HTTP or the SDK pipeline in between (same API).
-        from verifiers.inference.runner import EngineChatClient
+        from verifiers.inference.server.runner import EngineChatClient
 
         return EngineChatClient(self.engine, [self.model_name])
 

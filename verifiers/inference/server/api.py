@@ -2,8 +2,8 @@
 
 `EmbeddedAPI` turns a parsed JSON body into an engine call and the engine's result into vLLM's
 response shape (``prompt_token_ids``, per-choice ``token_ids``, ``weight_version``), streaming or
-not; `verifiers.inference.server.create_app` routes HTTP requests to it, and the in-process
-client (`verifiers.inference.runner`) reuses it without HTTP.
+not; `verifiers.inference.server.app.create_app` routes HTTP requests to it, and the in-process
+client (`verifiers.inference.server.runner`) reuses it without HTTP.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from verifiers.inference.engine import (
     SequenceOutput,
     StreamDelta,
 )
-from verifiers.inference.protocol import (
+from verifiers.inference.server.protocol import (
     ChatRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -34,9 +34,9 @@ from verifiers.inference.protocol import (
     TokenizeRequest,
     validation_error,
 )
-from verifiers.inference.render_cache import RenderCache
-from verifiers.inference.sse import DONE, ChunkWriter, merge_deltas
-from verifiers.inference.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
+from verifiers.inference.server.render_cache import RenderCache
+from verifiers.inference.server.sse import DONE, ChunkWriter, merge_deltas
+from verifiers.inference.server.tool_parser import OPEN, parse_tool_calls, tag_prefix_len
 
 INLINE_PARSE_CHARS = 16_000
 """Bodies up to about this size (`body_chars`) are parsed on the event loop, larger ones in a thread."""

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from verifiers.clients.base import RequestAdapter
-from verifiers.inference.api import EmbeddedAPI
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.server import create_app
+from verifiers.inference.server.api import EmbeddedAPI
+from verifiers.inference.server.app import create_app
 
 
 class EmbeddedServer:
@@ -129,7 +129,7 @@ class EngineChatClient(RequestAdapter):
 
         from verifiers.clients.base import error_for_status
         from verifiers.errors import ConfigError, ModelTimeoutError, OverlongPromptError
-        from verifiers.inference.protocol import OpenAIError
+        from verifiers.inference.server.protocol import OpenAIError
 
         handler = self.api.chat if path == "/chat/completions" else self.api.completions
         body = {**body, "stream": False}
