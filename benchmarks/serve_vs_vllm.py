@@ -39,7 +39,7 @@ from pathlib import Path
 from _stream_load import BenchUnavailable, own_load, vllm_bench  # benchmarks/, the script's own directory
 
 import verifiers as vf
-from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec, free_port
+from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec, free_port
 
 SIZES = {
     "tiny": {"hidden": 128, "intermediate": 256, "layers": 2, "heads": 2, "kv_heads": 1},

@@ -46,7 +46,7 @@ from trainers.grpo.sync.nccl import (
     wire_order,
 )
 from verifiers.errors import ConfigError, ServerError
-from verifiers.inference.vllm_server import free_port
+from verifiers.inference.vllm.server import free_port
 
 HERE = Path(__file__).resolve()
 REPLY_TIMEOUT_S = 40.0
@@ -737,8 +737,8 @@ def test_nccl_round_trip_to_a_vllm_server(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from trainers.grpo.sync import probe as sync_probe
     from verifiers.inference.engine.loading import load_model_and_tokenizer
-    from verifiers.inference.vllm_admin import VLLMAdmin
-    from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.inference.vllm.admin import VLLMAdmin
+    from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
     from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", TinyModelSpec(

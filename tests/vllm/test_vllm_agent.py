@@ -11,8 +11,8 @@ import pytest
 
 import verifiers as vf
 from verifiers.inference.engine.loading import load_model_and_tokenizer
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer
 
 PROGRAM = Path(__file__).parents[1] / "gateway" / "programs" / "chat_once.py"
 

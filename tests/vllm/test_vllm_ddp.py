@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer, free_port, start_servers
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer, free_port, start_servers
 from verifiers.models.tiny import save_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer, free_port, start_servers
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer, free_port, start_servers
 from verifiers.models.tiny import save_tiny_model
 
 QUICKSTART_VLLM = Path(__file__).resolve().parents[2] / "examples" / "configs" / "quickstart_vllm.toml"

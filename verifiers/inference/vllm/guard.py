@@ -21,7 +21,7 @@ from typing import Any
 
 KEY_ENV = "VF_VLLM_ROUTE_KEY"
 OPEN_PATHS = frozenset({"/health"})
-MIDDLEWARE_PATH = "verifiers.inference.vllm_guard.RouteKeyMiddleware"
+MIDDLEWARE_PATH = "verifiers.inference.vllm.guard.RouteKeyMiddleware"
 """What `vf-vllm` passes to vLLM's ``--middleware`` (an import path; vLLM adds the class to its app)."""
 
 Scope = MutableMapping[str, Any]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from verifiers.errors import ConfigError, ServerError
-from verifiers.inference.vllm_guard import KEY_ENV, MIDDLEWARE_PATH
+from verifiers.inference.vllm.guard import KEY_ENV, MIDDLEWARE_PATH
 from verifiers.install_hint import install_command
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
