@@ -60,7 +60,7 @@ def _workload(requests: int, max_prompt: int, max_new: int) -> list[tuple[list[i
 
 
 def _run(engine: Any, jobs: list[tuple[list[int], int]], kv_bytes: Any) -> tuple[list[list[int]], int, float]:
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     peak = 0
     step = engine._step
@@ -98,7 +98,7 @@ def measure(vocab: int = 0, requests: int = 48, max_prompt: int = 64, max_new: i
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=hidden, num_hidden_layers=layers,

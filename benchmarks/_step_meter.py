@@ -34,7 +34,7 @@ def peak_tflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
         out = torch.empty(n, n)
         products = [lambda: torch.mm(a, b, out=out)]
         if torch.backends.mkldnn.is_available():
-            from verifiers.inference.projections import pack, packed_product
+            from verifiers.inference.engine.projections import pack, packed_product
 
             packed = pack(b.t().contiguous(), n)
             products.append(lambda: packed_product(a, packed, None))

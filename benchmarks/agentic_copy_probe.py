@@ -81,7 +81,7 @@ def windowed_model(spec: Any, window: int) -> tuple[Any, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from verifiers.inference.tiny import build_char_tokenizer
+    from verifiers.models.tiny import build_char_tokenizer
 
     tok = build_char_tokenizer()
     torch.manual_seed(spec.seed)
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     from key_lookup import make_rows
 
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     spec = TinyModelSpec(hidden_size=a.hidden, intermediate_size=3 * a.hidden, num_hidden_layers=a.layers,
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model, tok = build_tiny_model(spec) if a.sliding_window <= 0 else windowed_model(spec, a.sliding_window)
     model.train()
     if a.tools == "signature":
-        from verifiers.inference.tiny import chat_template
+        from verifiers.models.tiny import chat_template
 
         tok.chat_template = chat_template("signature")
     rng = random.Random(a.seed)

@@ -74,8 +74,8 @@ def measure(size: str, rounds: int) -> dict[str, Any]:
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.inference.engine.sampling import SamplingParams
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     model, tok = build_tiny_model(TinyModelSpec(arch="llama", **SIZES[size]))
     texts = [tok.apply_chat_template([{"role": "user", "content": f"Say {c}"}], add_generation_prompt=True,
@@ -165,8 +165,8 @@ def measure_gpu(size: str, rounds: int, dtype_name: str, autocast: bool, tokens:
     from transformers import GenerationConfig
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.inference.engine.sampling import SamplingParams
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     print(f"{size}: building the model (random init on the CPU), then to {device} as {dtype_name}", flush=True)
     model, tok = build_tiny_model(TinyModelSpec(arch="llama", **SIZES[size]))

@@ -144,7 +144,7 @@ def worker(out: Path, hidden: int, layers: int, steps: int) -> None:
 
 def launch(mode: str, out: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run one mode; every rank's figures."""
-    from verifiers.inference.vllm_server import free_port
+    from verifiers.inference.vllm.server import free_port
 
     script = [str(Path(__file__).resolve()), "--worker", str(out), "--hidden", str(args.hidden),
               "--layers", str(args.layers), "--steps", str(args.steps)]

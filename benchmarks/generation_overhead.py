@@ -71,7 +71,7 @@ def run(work: dict[str, Any], model_dir: Path, out_dir: Path) -> list[dict[str, 
 
     from trainers.grpo.config import TrainConfig
     from trainers.grpo.trainer import GRPOTrainer
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     steps: list[dict[str, float]] = []
     tokens = work["max_tokens"]

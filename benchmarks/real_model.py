@@ -68,7 +68,7 @@ def other_envs() -> list[tuple[str, dict[str, Any]]]:
 def resolve(model: str) -> Path:
     """The model's directory: ``model`` itself, or what `resolve_model` makes of a name."""
     from verifiers.errors import ConfigError
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.models.source import resolve_model
 
     try:
         path = resolve_model(model)
@@ -137,8 +137,8 @@ def inprocess(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.loading import load_model_and_tokenizer
-    from verifiers.inference.runner import inprocess_client
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
+    from verifiers.inference.server.runner import inprocess_client
 
     torch.set_num_threads(threads)
     model, tok = load_model_and_tokenizer(model_dir)

@@ -47,7 +47,7 @@ def bench_generate(model_dir: Path, chats: list, max_tokens: int) -> float:
     import torch
 
     from verifiers.data.templating import apply_chat_template
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(model_dir)
     ids = [apply_chat_template(tok, c) for c in chats]
@@ -102,7 +102,7 @@ def main() -> None:
     chats = prompts(a.requests)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "tiny"
-        subprocess.run([sys.executable, "-m", "verifiers.inference.tiny", str(model_dir), "--hidden-size",
+        subprocess.run([sys.executable, "-m", "verifiers.models.tiny", str(model_dir), "--hidden-size",
                         str(a.hidden), "--intermediate-size", str(a.hidden * 3), "--layers", str(a.layers),
                         "--heads", str(a.heads), "--kv-heads", str(max(1, a.heads // 2))],
                        check=True, capture_output=True)

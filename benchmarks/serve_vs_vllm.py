@@ -39,7 +39,7 @@ from pathlib import Path
 from _stream_load import BenchUnavailable, own_load, vllm_bench  # benchmarks/, the script's own directory
 
 import verifiers as vf
-from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec, free_port
+from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec, free_port
 
 SIZES = {
     "tiny": {"hidden": 128, "intermediate": 256, "layers": 2, "heads": 2, "kv_heads": 1},
@@ -52,7 +52,7 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
 
 
 def build_model(out: Path, shape: dict[str, int]) -> int:
-    subprocess.run([sys.executable, "-m", "verifiers.inference.tiny", str(out), "--hidden-size", str(shape["hidden"]),
+    subprocess.run([sys.executable, "-m", "verifiers.models.tiny", str(out), "--hidden-size", str(shape["hidden"]),
                     "--intermediate-size", str(shape["intermediate"]), "--layers", str(shape["layers"]),
                     "--heads", str(shape["heads"]), "--kv-heads", str(shape["kv_heads"])],
                    check=True, capture_output=True)

@@ -10,7 +10,7 @@
     python benchmarks/trainer_step.py --device cuda --mixed-precision bf16 --size 250m --warmup 2 --steps 4
 
 Both trainers train the SAME tiny model directory (built once per run with
-``python -m verifiers.inference.tiny``: llama, hidden 128, intermediate 384, 4 layers,
+``python -m verifiers.models.tiny``: llama, hidden 128, intermediate 384, 4 layers,
 4 heads / 2 KV heads, character tokenizer; ``--size 25m`` and ``--size 104m`` are the larger
 shapes in `SIZES`, and the shape flags override any of them) on the SAME workload, on the CPU with the same
 number of torch threads (``--threads``, default 1: on a small machine shared with other
@@ -153,7 +153,7 @@ def build_model(spec: dict[str, Any], out: Path) -> Path:
     from verifiers.errors import VFError
 
     cmd = [
-        sys.executable, "-m", "verifiers.inference.tiny", str(out),
+        sys.executable, "-m", "verifiers.models.tiny", str(out),
         "--arch", spec["arch"],
         "--hidden-size", str(spec["hidden_size"]),
         "--intermediate-size", str(spec["intermediate_size"]),

@@ -130,7 +130,7 @@ def teach_conversation() -> Callable[..., None]:
         import torch
 
         from trainers.grpo.data.batch import expert_rows
-        from verifiers.inference.loading import load_model_and_tokenizer
+        from verifiers.inference.engine.loading import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(model_dir)
         (row,) = expert_rows(tok, [conversation], 4096, tools=[tools] if tools is not None else None)

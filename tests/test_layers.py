@@ -137,6 +137,84 @@ def test_grpo_folders_import_one_way():
     assert not bad, "trainers/grpo folder imports against the order (see ALLOWED):\n" + _show(bad)
 
 
+# verifiers/inference (DESIGN.md): three rooms, engine/ at the bottom, server/ (the HTTP API) and
+# vllm/ (vLLM servers) above it. Every other module directly in verifiers/inference/ is an old flat
+# path (kv.py, api.py, vllm_server.py, ...) kept as a re-export for users; nothing of ours imports one.
+INFERENCE = ROOT / "verifiers" / "inference"
+ENGINE, SERVER, VLLM = (f"verifiers.inference.{room}" for room in ("engine", "server", "vllm"))
+SHIMS = sorted(name for name, p in MODULES.items() if p.parent == INFERENCE and p.name != "__init__.py")
+
+
+def _chain(src: str, *forbidden: str) -> list[tuple[str, str, int]]:
+    """The shortest import chain from ``src`` to a module under ``forbidden``, every import followed; []."""
+    came_from: dict[str, tuple[str, str, int] | None] = {src: None}
+    queue = [src]
+    while queue:
+        node = queue.pop(0)
+        for target, line in EDGES[node]:
+            if target in came_from:
+                continue
+            came_from[target] = (node, target, line)
+            if _under(target, *forbidden):
+                chain = [came_from[target]]
+                while (edge := came_from[chain[0][0]]) is not None:
+                    chain.insert(0, edge)
+                return chain
+            queue.append(target)
+    return []
+
+
+def _reaching(room: str, *forbidden: str) -> str:
+    """Each forbidden import some module of ``room`` reaches, shown once, by its shortest chain."""
+    chains = sorted((_chain(src, *forbidden) for src in MODULES if _under(src, room)), key=len)
+    shortest: dict[tuple[str, str, int], list[tuple[str, str, int]]] = {}
+    for chain in filter(None, chains):
+        shortest.setdefault(chain[-1], chain)
+    return "\n\n".join(map(_show, shortest.values()))
+
+
+def test_the_engine_imports_neither_the_server_nor_vllm():
+    # directly or through any other module; the old flat paths count (they re-export server/ and vllm/)
+    found = _reaching(ENGINE, SERVER, VLLM, *SHIMS)
+    assert not found, "the engine reaches up into server/ or vllm/:\n" + found
+
+
+def test_vllm_and_the_server_do_not_import_each_other():
+    # vllm/ starts and steers vLLM processes: it needs nothing of the embedded HTTP server, nor it of vllm/
+    found = _reaching(VLLM, SERVER, *SHIMS) + _reaching(SERVER, VLLM, *SHIMS)
+    assert not found, "verifiers.inference.vllm and verifiers.inference.server import each other:\n" + found
+
+
+def test_nothing_of_ours_imports_an_old_inference_path():
+    bad = _bad(lambda src, dst: dst in SHIMS)
+    assert not bad, "import the new path (the old flat modules are re-exports for users):\n" + _show(bad)
+
+
+def _reexport_only(name: str) -> bool:
+    """A docstring, imports (one of them ``*`` from one of our modules), maybe ``python -m``'s ``if``."""
+    tree = ast.parse(MODULES[name].read_text())
+    stars = [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.names[0].name == "*"]
+    defines = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+    allowed = [
+        isinstance(n, ast.Import | ast.ImportFrom)
+        or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str))
+        or (isinstance(n, ast.If) and ast.unparse(n.test) == "__name__ == '__main__'")
+        for n in tree.body
+    ]
+    reexports = len(stars) == 1 and stars[0] in MODULES
+    return reexports and all(allowed) and not any(isinstance(n, defines) for n in ast.walk(tree))
+
+
+def test_the_old_inference_paths_only_reexport():
+    assert SHIMS, "no old flat paths in verifiers/inference/ (the layout changed? update this test)"
+    bad = [f"  {MODULES[name].relative_to(ROOT)}" for name in SHIMS if not _reexport_only(name)]
+    assert not bad, (
+        "a module directly in verifiers/inference/ is an old path's re-export: a docstring and\n"
+        "`from <new module> import *`, nothing defined; code goes into engine/, server/ or vllm/:\n"
+        + "\n".join(bad)
+    )
+
+
 # Size limits (REDESIGN.md): the loop that must read top to bottom, and the engine's one class.
 # (file, class or None for the whole file) -> the most lines it may have.
 SIZE_LIMITS = {

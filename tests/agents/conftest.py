@@ -62,7 +62,7 @@ def anthropic_python() -> Path:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     spec = TinyModelSpec(seed=0, max_position_embeddings=TINY_CONTEXT)
     return save_tiny_model(tmp_path_factory.mktemp("agents-tiny") / "model", spec)
@@ -70,7 +70,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_dir: Path) -> Any:
-    from verifiers.inference.loading import load_tokenizer
+    from verifiers.inference.engine.loading import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_dir)
     tokenizer.model_max_length = TINY_CONTEXT  # as the served model's (no length warnings)
@@ -85,7 +85,7 @@ def tiny_server(tiny_model_dir: Path) -> Iterator[Any]:
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model; extra threads only contend on a small machine

@@ -25,9 +25,9 @@ from openai import AsyncOpenAI  # noqa: E402
 import verifiers as vf  # noqa: E402
 from verifiers.compat.env_adapters import ProcessedOutputs  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.loading import load_model_and_tokenizer  # noqa: E402
-from verifiers.inference.runner import EmbeddedServer  # noqa: E402
-from verifiers.inference.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
+from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
+from verifiers.inference.server.runner import EmbeddedServer  # noqa: E402
+from verifiers.models.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 
 MODEL = "tiny"
 IM_END_ID = 0  # set by the `tiny` fixture

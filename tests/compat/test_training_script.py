@@ -49,7 +49,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_0_1_x_training_script_runs_on_cpu(tmp_path: Path) -> None:
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     model_dir = tmp_path / "tiny"
     save_tiny_model(model_dir, TinyModelSpec())  # what `vf-tiny DIR` writes

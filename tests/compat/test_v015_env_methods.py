@@ -254,7 +254,7 @@ def test_parse_completion_tokens_and_logprobs() -> None:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    from verifiers.inference.tiny import build_char_tokenizer
+    from verifiers.models.tiny import build_char_tokenizer
 
     return build_char_tokenizer()
 

@@ -32,7 +32,7 @@ CLIS = {
     "vf-serve": "verifiers.cli.serve",
     "vf-vllm": "verifiers.cli.vllm",
     "vf-model": "verifiers.cli.model",
-    "vf-tiny": "verifiers.inference.tiny",
+    "vf-tiny": "verifiers.models.tiny",
     "python -m verifiers.testing.server": "verifiers.testing.spawn",
 }
 TRAIN = ("vf-train", "python -m trainers.grpo.cli", "-m trainers.grpo.cli")

@@ -39,10 +39,10 @@ from verifiers.gateway.token_in import (  # noqa: E402
     token_prompt_for,
 )
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.runner import EmbeddedServer  # noqa: E402
-from verifiers.inference.tiny import EOS, IM_END, IM_START, PAD, TOOL_TOKENS, TinyModelSpec, build_tiny_model  # noqa: E402
-from verifiers.inference.tiny import chat_template as tiny_chat_template  # noqa: E402
-from verifiers.inference.tool_parser import forced_text, parse_tool_calls  # noqa: E402
+from verifiers.inference.server.runner import EmbeddedServer  # noqa: E402
+from verifiers.inference.server.tool_parser import forced_text, parse_tool_calls  # noqa: E402
+from verifiers.models.tiny import EOS, IM_END, IM_START, PAD, TOOL_TOKENS, TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.models.tiny import chat_template as tiny_chat_template  # noqa: E402
 from verifiers.types import TurnTokens  # noqa: E402
 
 MODEL = "tiny-bpe"

@@ -40,9 +40,9 @@ from verifiers.inference.engine import (  # noqa: E402
     SequenceOutput,
     StreamDelta,
 )
-from verifiers.inference.loading import load_model_and_tokenizer  # noqa: E402
-from verifiers.inference.runner import EmbeddedServer, inprocess_client  # noqa: E402
-from verifiers.inference.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
+from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
+from verifiers.inference.server.runner import EmbeddedServer, inprocess_client  # noqa: E402
+from verifiers.models.tiny import IM_END, TinyModelSpec, save_tiny_model  # noqa: E402
 
 MODEL_NAME = "tiny"
 WEIGHT_STD = 0.2

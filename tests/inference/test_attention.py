@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verifiers.inference.attention import NAME, use_gqa_attention  # noqa: E402
-from verifiers.inference.loading import load_model_and_tokenizer  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, save_tiny_model  # noqa: E402
+from verifiers.inference.engine.attention import NAME, use_gqa_attention  # noqa: E402
+from verifiers.inference.engine.loading import load_model_and_tokenizer  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, save_tiny_model  # noqa: E402
 
 
 def test_same_logits_with_padding_and_a_cache(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16, 17], [18, 19]]
 
 
 def _model(dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=128, intermediate_size=384, num_hidden_layers=3,
@@ -37,7 +37,7 @@ def _run(engine: Any, params: Any, n: int = 3) -> list[Any]:
 
 
 def _greedy(max_tokens: int = 24) -> Any:
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=True)
 
@@ -68,7 +68,7 @@ def test_the_plain_step_matches_transformers_forward_on_cuda(dtype: torch.dtype)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_graph_replay_equals_the_eager_step(dtype: torch.dtype) -> None:
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     model, tok = _model(dtype)
     sampled = SamplingParams(temperature=1.0, top_p=0.9, top_k=20, seed=3, max_tokens=16, logprobs=True)

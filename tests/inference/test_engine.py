@@ -18,7 +18,7 @@ import pytest
 
 from verifiers.errors import ConfigError, OverlongPromptError
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.sampling import RowSampling, SamplingParams, process_logits
+from verifiers.inference.engine.sampling import RowSampling, SamplingParams, process_logits
 
 MODEL = "tiny"
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
@@ -265,7 +265,7 @@ def test_streamed_text_is_the_tokenizers_decode(cleanup: bool) -> None:
     ``tokenizer.decode`` does; with ``clean_up_tokenization_spaces`` (a Python pass) by ``decode`` itself."""
     import torch
 
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64, intermediate_size=128, num_hidden_layers=1,

@@ -16,8 +16,8 @@ import torch
 
 from trainers.testing.fake_cuda import CUDA, DeviceCheck, fake_cuda
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.sampling import SamplingParams
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+from verifiers.inference.engine.sampling import SamplingParams
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
 REQUESTS: list[tuple[list[int], dict[str, Any], int]] = [
     ([5, 6, 7, 8], {"temperature": 0.0, "max_tokens": 6, "logprobs": True, "top_logprobs": 3}, 1),

@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 
 from verifiers.errors import OverlongPromptError, ServerError  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.fast_decode import FastDecoder  # noqa: E402
-from verifiers.inference.sampling import SamplingParams  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.inference.engine.fast_decode import FastDecoder  # noqa: E402
+from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 PROMPTS = [[5 + i, 6, 7 + i, 8, 9][: 1 + i % 5] * (1 + i % 3) for i in range(10)]
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -134,7 +134,7 @@ def _failing_forward(model: Any, should_fail: Any) -> Any:
 
 def _inject_oom(monkeypatch: Any, model: Any, fast_decode: bool, method: str, should_fail: Any) -> None:
     """An injected OOM wherever ``should_fail({"input_ids": ...})``: in `FastDecoder`'s ``method`` (the
-    engine's own decoding step or prefill, `verifiers.inference.fast_decode`) or in the model's forward."""
+    engine's own decoding step or prefill, `verifiers.inference.engine.fast_decode`) or in the model's forward."""
     if not fast_decode:
         monkeypatch.setattr(model, "forward", _failing_forward(model, should_fail))
         return

@@ -17,7 +17,7 @@ import verifiers as vf
 from verifiers.clients import as_chat_client
 from verifiers.errors import BadRequestError, OverlongPromptError
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.runner import EmbeddedServer
+from verifiers.inference.server.runner import EmbeddedServer
 
 MODEL = "tiny"
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -1,4 +1,4 @@
-"""The engine's own decoding step (`verifiers.inference.fast_decode`) gives transformers' results.
+"""The engine's own decoding step (`verifiers.inference.engine.fast_decode`) gives transformers' results.
 
 Each model is served three times (the fast path with packed weights and without, and transformers'
 forward: ``fast_decode`` off) on the same continuous-batching workload: prompts of different
@@ -18,9 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.fast_decode import FastDecoder, why_not  # noqa: E402
-from verifiers.inference.sampling import SamplingParams  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_char_tokenizer, build_tiny_model  # noqa: E402
+from verifiers.inference.engine.fast_decode import FastDecoder, why_not  # noqa: E402
+from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_char_tokenizer, build_tiny_model  # noqa: E402
 
 
 def _qwen3(tok: Any) -> Any:

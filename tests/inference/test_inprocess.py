@@ -82,7 +82,7 @@ async def test_small_bodies_are_parsed_on_the_event_loop_and_large_ones_in_a_thr
     """A typical request skips the hop to a worker thread; a huge one still never blocks the loop."""
     import threading
 
-    from verifiers.inference import api as api_mod
+    from verifiers.inference.server import api as api_mod
 
     threads: list[int] = []
     parse = api_mod.EmbeddedAPI._parse_chat
@@ -105,7 +105,7 @@ async def test_small_bodies_are_parsed_on_the_event_loop_and_large_ones_in_a_thr
 
 
 def test_body_size_estimate_counts_messages_prompts_and_tools() -> None:
-    from verifiers.inference.api import INLINE_PARSE_CHARS, body_chars
+    from verifiers.inference.server.api import INLINE_PARSE_CHARS, body_chars
 
     assert body_chars({"messages": [{"role": "user", "content": "abc"}, {"role": "assistant", "content": None}]}) == 3
     parts = [{"type": "text", "text": "ab"}, {"type": "image_url", "image_url": {"url": "x"}}]

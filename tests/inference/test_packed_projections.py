@@ -1,4 +1,4 @@
-"""Packed projection weights (`verifiers.inference.projections`): same products, never stale.
+"""Packed projection weights (`verifiers.inference.engine.projections`): same products, never stale.
 
 The engine's fast path multiplies by oneDNN-packed copies of the projection weights. A copy is
 only worth having if it gives the modules' own products and is rebuilt whenever the weights
@@ -14,11 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifiers.inference import projections  # noqa: E402
-from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.projections import ModuleProjections, PackedProjections  # noqa: E402
-from verifiers.inference.sampling import SamplingParams  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.inference.engine import InferenceEngine, projections  # noqa: E402
+from verifiers.inference.engine.projections import ModuleProjections, PackedProjections  # noqa: E402
+from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2}
@@ -133,8 +132,8 @@ def test_the_engine_decodes_under_cpu_autocast_with_the_modules_products() -> No
     """An engine driven from a thread under bf16 autocast (a user's own loop) still decodes: the
     packed float32 primitive refuses bf16 inputs, so autocast takes the modules' products."""
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.inference.engine.sampling import SamplingParams
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))
@@ -157,7 +156,7 @@ def test_the_engine_samples_under_bf16_autocast_when_asked() -> None:
     autocast, so its logprobs are bf16 ones (close to, not equal to, float32's); anything else is
     refused by name."""
     from verifiers.errors import ConfigError
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))

@@ -8,7 +8,7 @@ from typing import Any
 import openai
 import pytest
 
-from verifiers.inference.render_cache import RenderCache
+from verifiers.inference.server.render_cache import RenderCache
 
 MODEL = "tiny"
 

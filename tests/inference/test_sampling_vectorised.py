@@ -6,7 +6,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifiers.inference.sampling import RowSampling, batch_params, hashed_uniform, process_logits, sample  # noqa: E402
+from verifiers.inference.engine.sampling import (  # noqa: E402
+    RowSampling,
+    batch_params,
+    hashed_uniform,
+    process_logits,
+    sample,
+)
 
 
 def _row(**kw: object) -> RowSampling:

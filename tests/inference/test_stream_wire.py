@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from verifiers.inference.engine import StreamDelta
-from verifiers.inference.sampling import SamplingParams
-from verifiers.inference.sse import ChunkWriter, merge_deltas
+from verifiers.inference.engine.sampling import SamplingParams
+from verifiers.inference.server.sse import ChunkWriter, merge_deltas
 
 MODEL = "tiny"
 MESSAGES = [{"role": "user", "content": "stream me"}]

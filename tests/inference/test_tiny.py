@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from verifiers.data.templating import ChatTemplateError, apply_chat_template
-from verifiers.inference.loading import load_tokenizer
-from verifiers.inference.tiny import IM_END, TOOL_TOKENS, build_char_tokenizer
-from verifiers.inference.tool_parser import parse_tool_calls
+from verifiers.inference.engine.loading import load_tokenizer
+from verifiers.inference.server.tool_parser import parse_tool_calls
+from verifiers.models.tiny import IM_END, TOOL_TOKENS, build_char_tokenizer
 
 ARCHS = ("llama", "qwen2")
 SAMPLE = "Hi  there,\n\ttabs and  spaces!\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> <think>ok</think>~"
@@ -90,7 +90,7 @@ def test_load_tokenizer_round_trips_text_exactly(cli_dirs, arch: str) -> None:
 def test_same_seed_same_weights_different_seed_different() -> None:
     import torch
 
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     a, _ = build_tiny_model(TinyModelSpec(seed=0))
     b, _ = build_tiny_model(TinyModelSpec(seed=0))

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from verifiers.inference.tool_parser import parse_tool_calls, tag_prefix_len
+from verifiers.inference.server.tool_parser import parse_tool_calls, tag_prefix_len
 
 MODEL = "tiny"
 WEATHER = {

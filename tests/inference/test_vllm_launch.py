@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from verifiers.errors import ConfigError, ServerError, ServerUnreachableError
-from verifiers.inference.vllm_admin import VLLMAdmin, server_root
-from verifiers.inference.vllm_server import VLLMServerSpec, build_command, check_model_for_vllm, free_port
+from verifiers.inference.vllm.admin import VLLMAdmin, server_root
+from verifiers.inference.vllm.server import VLLMServerSpec, build_command, check_model_for_vllm, free_port
 
 
 def model_dir(tmp_path: Path, **cfg: object) -> Path:

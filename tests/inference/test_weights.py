@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.loading import load_model_and_tokenizer
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.loading import load_model_and_tokenizer
+from verifiers.inference.engine.sampling import SamplingParams
 
 MODEL = "tiny"
 TEXT = "weights"

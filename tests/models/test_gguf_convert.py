@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from verifiers.errors import ConfigError
-from verifiers.inference.loading import load_tokenizer
+from verifiers.inference.engine.loading import load_tokenizer
 from verifiers.models import gguf as gguf_mod
 from verifiers.models.gguf import convert_gguf, find_gguf, gguf_architecture, supported_architectures
 

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from verifiers.errors import ConfigError
-from verifiers.inference.model_source import resolve_model
 from verifiers.models.registry import KNOWN, ModelEntry
+from verifiers.models.source import resolve_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +75,7 @@ def test_a_registry_name_before_the_hub(tiny_gguf: Any, tmp_path: Path, model_ca
 
 def test_inference_engine_from_pretrained_takes_a_gguf(tiny_gguf: Any, model_cache: Path) -> None:
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     prompt = [262, 82, 88, 82, 83, 68]
     with InferenceEngine.from_pretrained(tiny_gguf.path, dtype="float32") as eng:

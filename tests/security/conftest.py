@@ -89,7 +89,7 @@ class ThreadServer:
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("sec-tiny") / "tiny", TinyModelSpec(seed=0))
 
@@ -111,7 +111,7 @@ def engine(tiny_dir: Path) -> Iterator[Any]:
 @contextlib.contextmanager
 def serving(engine: Any, **app_kw: Any) -> Iterator[ThreadServer]:
     pytest.importorskip("fastapi")
-    from verifiers.inference.server import create_app
+    from verifiers.inference.server.app import create_app
 
     srv = ThreadServer(create_app(engine, ["tiny"], **app_kw), timeout_keep_alive=5)
     try:

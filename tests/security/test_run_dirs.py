@@ -21,7 +21,7 @@ pytest.importorskip("torch")
 from trainers.grpo.cli import main
 from trainers.grpo.run.checkpoint import load_latest, save_checkpoint
 from trainers.grpo.run.outdir import MARKER
-from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = [str(REPO / "examples" / "configs" / "quickstart.toml"), "--max_steps", "1", "--save_every", "0",

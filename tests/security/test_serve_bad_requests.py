@@ -89,7 +89,7 @@ def test_bad_requests_leave_concurrent_streams_running(server: Any, engine: Any)
 
 def test_a_failing_step_fails_only_its_own_request(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault validation cannot see (here: a prefill that raises for one prompt) fails that request only."""
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     poison = (9, 9, 9, 9, 9, 9, 9)
     original = engine._decoder.prefill

@@ -134,7 +134,7 @@ def test_empty_api_key_is_a_start_up_error(tiny_dir: Path) -> None:
 
 def test_create_app_refuses_an_empty_api_key(engine: Any) -> None:
     from verifiers.errors import ConfigError
-    from verifiers.inference.server import create_app
+    from verifiers.inference.server.app import create_app
 
     with pytest.raises(ConfigError):
         create_app(engine, ["tiny"], api_key="")

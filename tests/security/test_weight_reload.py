@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 
 def _tiny(path: Path, **spec: Any) -> Path:
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     return save_tiny_model(path, TinyModelSpec(**spec))
 

@@ -112,7 +112,7 @@ def dense_env_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def base_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One tiny model (hidden 32) built once; runs copy nothing, they load it read-only."""
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TinyModelSpec(hidden_size=32))
 

@@ -42,7 +42,7 @@ def program_run(tmp_path_factory: pytest.TempPathFactory, teach_conversation: An
     pytest.importorskip("transformers")
     from rich.console import Console
 
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     sys.path.insert(0, str(ENV_ROOT))
     threads = torch.get_num_threads()

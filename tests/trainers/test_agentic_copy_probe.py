@@ -36,7 +36,7 @@ def probe() -> Any:
 def test_decision_tokens_are_the_key_in_the_call_and_the_answer_digits(probe: Any, with_tools: bool) -> None:
     from key_lookup import make_rows
 
-    from verifiers.inference.tiny import build_char_tokenizer
+    from verifiers.models.tiny import build_char_tokenizer
 
     tok = build_char_tokenizer()
     row = make_rows(1, "ABDEFGHJ", 4, 3, random.Random(7))[0]
@@ -66,7 +66,7 @@ def test_the_windowed_model_sees_only_its_window(probe: Any) -> None:
     """With a window of 4 in both layers a position sees 6 tokens back at most, and does see those."""
     import torch
 
-    from verifiers.inference.tiny import TinyModelSpec
+    from verifiers.models.tiny import TinyModelSpec
 
     model, tok = probe.windowed_model(TinyModelSpec(), 4)
     ids = torch.tensor([tok("look up the key A, then answer")["input_ids"][:20]])

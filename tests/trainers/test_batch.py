@@ -35,7 +35,7 @@ class AskAgain(vf.MultiTurnEnv):
 @pytest.fixture(scope="module")
 def served(base_model_dir: Path) -> Iterator[Any]:
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     with InferenceEngine.from_pretrained(base_model_dir) as engine, EmbeddedServer(engine, ["tiny"]) as server:
         yield server
@@ -185,7 +185,7 @@ def test_collate_pads_right_and_numbers_positions() -> None:
 
 
 def test_expert_rows_train_on_assistant_turns_only(base_model_dir: Path) -> None:
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     _, tok = load_model_and_tokenizer(base_model_dir, with_tokenizer=True)
     convs = [

@@ -36,8 +36,8 @@ def test_training_steps_on_cuda(train_config: Callable[..., Any], run_training: 
 
 def test_engine_on_cuda_matches_the_cpu() -> None:
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.sampling import SamplingParams
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.inference.engine.sampling import SamplingParams
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))

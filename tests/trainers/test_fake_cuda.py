@@ -70,7 +70,7 @@ def test_learner_host_round_trips_do_not_grow_with_the_batch(share: bool) -> Non
     """The logprob pass reads per-row facts from the device once, not once per row."""
     from trainers.grpo.data.batch import TrainRow, collate
     from trainers.grpo.learn.logprobs import completion_logps
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.manual_seed(0)
     model, _ = build_tiny_model(TinyModelSpec(hidden_size=32))

@@ -15,7 +15,7 @@ from trainers.grpo.data.generator import check_resumable
 from trainers.grpo.data.sampler import RepeatSampler
 from trainers.grpo.run.reporting import curve_panels
 from verifiers.errors import ConfigError
-from verifiers.inference import devices
+from verifiers.inference.engine import devices
 
 
 @pytest.mark.parametrize(("value", "expected"), [("tensorboard", ["tensorboard"]), ("jsonl, wandb", ["jsonl", "wandb"]),
@@ -94,7 +94,7 @@ def test_unknown_hugging_face_model_offline_is_a_config_error(
 
 
 def test_a_local_directory_is_still_a_directory(base_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.models.source import resolve_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert resolve_model(str(base_model_dir)) == base_model_dir

@@ -36,7 +36,7 @@ def _one_thread() -> Any:
 
 
 def tiny(**spec: Any) -> Any:
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     return build_tiny_model(TinyModelSpec(hidden_size=32, **spec))[0]
 

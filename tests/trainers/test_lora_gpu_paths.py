@@ -19,7 +19,7 @@ def test_reference_pass_holds_an_engine_generating_ahead(train_config: Callable[
     from rich.console import Console
 
     from trainers.grpo.trainer import GRPOTrainer
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     cfg = train_config(tmp_path, lora=True, algorithm_overrides={"beta": 0.04}, num_batches_ahead=1)
     trainer = GRPOTrainer(cfg, console=Console(file=io.StringIO()))

@@ -56,7 +56,7 @@ def test_lora_steps_train_the_embedding_and_the_engine_serves_it(
     from rich.console import Console
 
     from trainers.grpo.trainer import GRPOTrainer
-    from verifiers.inference.sampling import SamplingParams
+    from verifiers.inference.engine.sampling import SamplingParams
 
     cfg = train_config(tmp_path / "run", max_steps=2, lora=True, lora_modules_to_save=["embed_tokens"],
                        algorithm_overrides={"beta": 0.04})

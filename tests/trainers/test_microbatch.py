@@ -95,7 +95,7 @@ def grad_of(model: Any, batch: TrainBatch, parts: list[torch.Tensor], preset: An
 @pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo"])
 def test_budget_split_gives_the_single_micro_batch_gradient(algorithm: str) -> None:
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     torch.set_num_threads(1)
     model = build_tiny_model(TinyModelSpec(hidden_size=32))[0]

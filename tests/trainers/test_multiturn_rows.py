@@ -42,7 +42,7 @@ def multiturn_run(tmp_path_factory: pytest.TempPathFactory, teach_conversation: 
     from rich.console import Console
 
     import verifiers as vf
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     sys.path.insert(0, str(ENV_ROOT))  # the package as a checkout has it (the loader's fallback needs the cwd)
     threads = torch.get_num_threads()

@@ -46,7 +46,7 @@ from trainers.grpo.sync.nccl import (
     wire_order,
 )
 from verifiers.errors import ConfigError, ServerError
-from verifiers.inference.vllm_server import free_port
+from verifiers.inference.vllm.server import free_port
 
 HERE = Path(__file__).resolve()
 REPLY_TIMEOUT_S = 40.0
@@ -418,7 +418,7 @@ def test_gloo_round_trip(workers: list[Worker], tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("transformers")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", TinyModelSpec(hidden_size=32))
 
@@ -426,7 +426,7 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_export_names_are_the_checkpoint_names(tiny_llama: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(tiny_llama, with_tokenizer=False)
     assert model.config.tie_word_embeddings  # what the lm_head rule is about
@@ -451,7 +451,7 @@ def test_export_merges_lora_without_touching_the_model(tiny_llama: Path, tmp_pat
     peft = pytest.importorskip("peft")
     from safetensors.torch import load_file
 
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer(tiny_llama, with_tokenizer=False)
     base_names = set(load_file(str(tiny_llama / "model.safetensors")))
@@ -736,10 +736,10 @@ def test_nccl_round_trip_to_a_vllm_server(tmp_path: Path) -> None:
         pytest.skip("vLLM is not installed")
     pytest.importorskip("transformers")
     from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
-    from verifiers.inference.vllm_admin import VLLMAdmin
-    from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
+    from verifiers.inference.vllm.admin import VLLMAdmin
+    from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", TinyModelSpec(
         hidden_size=128, intermediate_size=256, num_attention_heads=2, num_key_value_heads=1))

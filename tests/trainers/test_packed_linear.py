@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainers.grpo.learn.packed_linear import _Linear, learner_projections  # noqa: E402
-from verifiers.inference.projections import ModuleProjections  # noqa: E402
-from verifiers.inference.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
+from verifiers.inference.engine.projections import ModuleProjections  # noqa: E402
+from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -57,7 +57,7 @@ def test_fused_projections_give_each_module_its_own_gradient() -> None:
 def test_peak_memory_counts_packed_weights() -> None:
     """The CPU memory tracker the learner's bounds are proven with sees oneDNN's opaque packed tensors."""
     from trainers.testing.memory import PeakMemory
-    from verifiers.inference.projections import pack
+    from verifiers.inference.engine.projections import pack
 
     weight = torch.randn(256, 128)
     with PeakMemory() as mem:

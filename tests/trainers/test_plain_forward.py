@@ -150,8 +150,8 @@ def test_tied_embeddings_take_the_plain_forward_and_get_transformers_gradient(mo
     """The real model's layout (tied head): the plain forward and the packed projections apply, and the
     shared embedding/head weight gets transformers' gradient (both its uses summed), like every other
     parameter; the log-probabilities are transformers' too."""
-    from verifiers.inference.fast_decode import why_not as decoder_why_not
-    from verifiers.inference.projections import PackedProjections
+    from verifiers.inference.engine.fast_decode import why_not as decoder_why_not
+    from verifiers.inference.engine.projections import PackedProjections
 
     model = smollm2_shaped()
     assert model.lm_head.weight is model.model.embed_tokens.weight

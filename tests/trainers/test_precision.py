@@ -111,7 +111,7 @@ def test_the_embedded_engine_samples_in_bf16_on_a_gpu_only() -> None:
 
     from trainers.grpo.sync.weight_sync import engine_autocast
     from trainers.testing.fake_cuda import CUDA, fake_cuda
-    from verifiers.inference.tiny import TinyModelSpec, build_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, build_tiny_model
 
     model, _ = build_tiny_model(TinyModelSpec(hidden_size=32))
     bf16, f32 = SimpleNamespace(mixed_precision="bf16"), SimpleNamespace(mixed_precision="no")

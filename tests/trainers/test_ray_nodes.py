@@ -80,7 +80,7 @@ def test_workers_on_rollout_nodes_and_a_killed_node_loses_no_group(
     import verifiers as vf
     from trainers.grpo.ray.rollouts import start_ray_rollouts
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     cfg = train_config(tmp_path, prompts_per_step=4, num_generations=2, env_args={"score_delay_s": 1.0},
                        ray={"num_workers": 2, "worker_num_cpus": 0, "worker_resources": {"rollout": 1}})

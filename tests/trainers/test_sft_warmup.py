@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 from trainers.grpo.config import load_config
 from trainers.grpo.data.batch import expert_rows
 from verifiers.errors import ConfigError
-from verifiers.inference.tiny import build_char_tokenizer
+from verifiers.models.tiny import build_char_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERT = ROOT / "examples" / "data" / "key_lookup_expert.jsonl"

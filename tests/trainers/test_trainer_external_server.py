@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 def test_external_server_serves_the_trained_weights(tmp_path: Path, train_config: Any, run_training: Any,
                                                      base_model_dir: Path) -> None:
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     engine = InferenceEngine.from_pretrained(base_model_dir)
     with EmbeddedServer(engine, ["policy"]) as server:
@@ -35,7 +35,7 @@ def test_an_external_server_gets_the_warmed_up_weights_before_the_first_rollout(
     """The SFT warm-up changes the weights without a step: they must still reach the server first."""
     from trainers.grpo.trainer import GRPOTrainer
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     engine = InferenceEngine.from_pretrained(base_model_dir)
     before = {k: v.clone() for k, v in engine.model.state_dict().items()}
@@ -63,7 +63,7 @@ def test_a_model_name_the_server_does_not_serve_is_named_before_any_rollout(
         tmp_path: Path, train_config: Any, run_training: Any, base_model_dir: Path) -> None:
     from verifiers.errors import ConfigError
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     engine = InferenceEngine.from_pretrained(base_model_dir)
     with EmbeddedServer(engine, ["my-model"]) as server:

@@ -15,7 +15,7 @@ import torch
 from trainers.grpo.config import TrainConfig
 from trainers.grpo.trainer import GRPOTrainer
 from verifiers.inference.engine import InferenceEngine
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.sampling import SamplingParams
 
 # What TRL users look for (ANCHORS section 3), plus the trainer's own staleness.
 EXPECTED_KEYS = {
@@ -119,7 +119,7 @@ def test_three_steps_move_every_parameter_and_log_finite_metrics(
     assert (out_dir / "base_model" / "config.json").is_file()  # model = "tiny" builds it there
     assert (out_dir / "checkpoints" / "step_0000003" / "state.pt").is_file()
     assert not (out_dir / "curves.png").exists()  # plot = false
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     final, _ = load_model_and_tokenizer(out_dir / "final_model")
     trained = engine.model.state_dict()

@@ -75,8 +75,8 @@ def test_probe_tolerance_follows_the_served_dtype_not_only_the_master_weights(tm
 def test_probe_ids_and_trainer_logprobs_on_a_tiny_model(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from verifiers.inference.loading import load_model_and_tokenizer
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     model, tok = load_model_and_tokenizer(save_tiny_model(tmp_path / "m", TinyModelSpec(hidden_size=32)))
     ids = sync_probe.probe_token_ids(tok)
@@ -92,7 +92,7 @@ def test_probe_ids_and_trainer_logprobs_on_a_tiny_model(tmp_path) -> None:
 def test_a_base_url_nobody_answers_is_a_clear_error_before_training(tmp_path) -> None:
     pytest.importorskip("torch")
     from trainers.grpo.sync.weight_sync import make_weight_sync
-    from verifiers.inference.vllm_server import free_port
+    from verifiers.inference.vllm.server import free_port
 
     cfg = load_config(None, {"base_url": f"http://127.0.0.1:{free_port()}/v1"})
     with pytest.raises(ConfigError, match=r"no server answers /health .*vf-vllm MODEL_DIR"):

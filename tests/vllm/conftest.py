@@ -21,8 +21,8 @@ if importlib.util.find_spec("vllm") is None:
 
 pytest.importorskip("transformers")
 
-from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
-from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
+from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART_VLLM = REPO / "examples" / "configs" / "quickstart_vllm.toml"

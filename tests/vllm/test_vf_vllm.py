@@ -13,9 +13,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
+from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
 VF_VLLM = [sys.executable, "-m", "verifiers.cli.vllm"]
 

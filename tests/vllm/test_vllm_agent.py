@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import verifiers as vf
-from verifiers.inference.loading import load_model_and_tokenizer
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer
+from verifiers.inference.engine.loading import load_model_and_tokenizer
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer
 
 PROGRAM = Path(__file__).parents[1] / "gateway" / "programs" / "chat_once.py"
 
@@ -52,7 +52,7 @@ token-in continues only replies that ended on the stop token."""
 async def test_follow_up_calls_go_to_vllm_as_token_ids(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any,
                                                        teach_conversation: Any) -> None:
     """Token-in against vLLM: /v1/completions with an id prompt, logprobs and return_token_ids."""
-    from verifiers.inference.tiny import save_tiny_model
+    from verifiers.models.tiny import save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)
     teach_conversation(model_dir, OK_CONVERSATION)

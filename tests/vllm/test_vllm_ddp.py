@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from verifiers.inference.tiny import save_tiny_model
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer, free_port, start_servers
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer, free_port, start_servers
+from verifiers.models.tiny import save_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -96,7 +96,7 @@ def child_env(env_dir: Path) -> dict[str, str]:
 def assert_servers_serve(servers: list[Any], final_model: Path, version: str) -> None:
     """Every server serves ``final_model``'s weights (probe logprobs within 1e-3) at weight ``version``."""
     from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     trained, tok = load_model_and_tokenizer(final_model)
     ids = sync_probe.probe_token_ids(tok)
@@ -229,7 +229,7 @@ def base_servers(two_servers: tuple[Path, list[VLLMServer]],
     from safetensors.torch import save_file
 
     from trainers.grpo.sync.export import iter_export_weights
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, servers = two_servers
     weights, _ = load_model_and_tokenizer(model)

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from verifiers.inference.vllm_admin import VLLMAdmin
+from verifiers.inference.vllm.admin import VLLMAdmin
 from verifiers.models.registry import get_model
 
 pytest.importorskip("gguf", reason="the gguf extra is not installed (pip install -e '.[gguf]')")

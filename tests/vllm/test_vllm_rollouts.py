@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import verifiers as vf
-from verifiers.inference.loading import load_model_and_tokenizer
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer
+from verifiers.inference.engine.loading import load_model_and_tokenizer
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINING_SAMPLING = {"logprobs": True, "extra_body": {"return_token_ids": True}}

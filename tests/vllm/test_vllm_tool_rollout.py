@@ -48,8 +48,8 @@ def tool_conversation(env: vf.ToolEnv) -> list[dict[str, Any]]:
 def test_tool_rollout_through_vllm_is_token_exact(tmp_path: Path, tiny_vllm_spec: Any, server_spec: Any,
                                                   teach_conversation: Any) -> None:
     from trainers.grpo.data.batch import row_from_result
-    from verifiers.inference.tiny import save_tiny_model
-    from verifiers.inference.vllm_server import VLLMServer
+    from verifiers.inference.vllm.server import VLLMServer
+    from verifiers.models.tiny import save_tiny_model
 
     env = make_env()
     model_dir = save_tiny_model(tmp_path / "model", tiny_vllm_spec)

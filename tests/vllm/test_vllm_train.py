@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from verifiers.inference.tiny import save_tiny_model
-from verifiers.inference.vllm_admin import VLLMAdmin
-from verifiers.inference.vllm_server import VLLMServer, free_port, start_servers
+from verifiers.inference.vllm.admin import VLLMAdmin
+from verifiers.inference.vllm.server import VLLMServer, free_port, start_servers
+from verifiers.models.tiny import save_tiny_model
 
 QUICKSTART_VLLM = Path(__file__).resolve().parents[2] / "examples" / "configs" / "quickstart_vllm.toml"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -57,7 +57,7 @@ FINAL_TOL = 1e-3
 
 def probe_matches_final_model(server_url: str, final_model: Path, served_name: str = "policy") -> float:
     from trainers.grpo.sync import probe as sync_probe
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(final_model)
     ids = sync_probe.probe_token_ids(tok)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from trainers.grpo.ray.config import RayConfig
 from verifiers.config import load_toml, merge, parse_overrides, validate
 from verifiers.errors import ConfigError
-from verifiers.inference.tiny import ToolFormat
+from verifiers.models.tiny import ToolFormat
 
 if TYPE_CHECKING:  # the presets import torch; the config is read without it
     from trainers.grpo.algo.algorithms import AlgorithmPreset

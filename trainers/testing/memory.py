@@ -16,7 +16,7 @@ count, even when the block writes into them. What is not seen: scratch space a k
 allocates internally and frees before returning (e.g. inside ``torch.logsumexp``), and
 tensors built from Python data without an op (``torch.tensor([...])``); both make the figure
 a lower bound of the allocator's true peak. oneDNN's packed weights (opaque tensors without a
-storage, `verifiers.inference.projections.pack`) count with the bytes oneDNN reports for them.
+storage, `verifiers.inference.engine.projections.pack`) count with the bytes oneDNN reports for them.
 """
 
 from __future__ import annotations

@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from verifiers.inference.loading import check_model_dir
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.inference.engine.loading import check_model_dir
+    from verifiers.models.source import resolve_model
 
     problem = _check_limits(args)
     if problem:
@@ -98,7 +98,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"vf-serve: {exc}", file=sys.stderr)
         return 2
     try:  # bound before the model loads: a taken port fails in a second, not after the load
-        from verifiers.inference.devices import check_device
+        from verifiers.inference.engine.devices import check_device
 
         check_device(args.device)
         sock = bind_socket(args.host, args.port)
@@ -114,11 +114,11 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
     from transformers.utils import logging as hf_logging
 
     from verifiers.gc_freeze import startup_objects_frozen
-    from verifiers.inference.access_log import RequestLog, ThroughputMeter
-    from verifiers.inference.connections import ConnectionGuard, guarded_h11_protocol
-    from verifiers.inference.devices import unused_gpu_note
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.server import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from verifiers.inference.engine.devices import unused_gpu_note
+    from verifiers.inference.server.access_log import RequestLog, ThroughputMeter
+    from verifiers.inference.server.app import DEFAULT_MAX_REQUEST_BYTES, create_app
+    from verifiers.inference.server.connections import ConnectionGuard, guarded_h11_protocol
 
     hf_logging.disable_progress_bar()  # the server prints its own one-line banner
     try:

@@ -7,7 +7,7 @@ from verifiers.cli.extras import exit_for_missing_extra
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        from verifiers.inference.tiny import main as tiny_main
+        from verifiers.models.tiny import main as tiny_main
 
         return tiny_main(argv)
     except ImportError as exc:

@@ -1,7 +1,7 @@
 """``vf-vllm MODEL_DIR [--port P] [-- extra vLLM args]``: vLLM's OpenAI server, set up for RL training.
 
 Starts vLLM on 127.0.0.1 with the dev routes, raw logprobs, prefix caching and (on a GPU) the
-NCCL weight transfer (see `verifiers.inference.vllm_server`), waits until it is healthy, prints
+NCCL weight transfer (see `verifiers.inference.vllm.server`), waits until it is healthy, prints
 the base URL, and stops it (and its engine processes) on Ctrl-C or SIGTERM.
 """
 
@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         i = args_in.index("--")
         args_in, extra = args_in[:i], args_in[i + 1 :]
     args = build_parser().parse_args(args_in)
-    from verifiers.inference.model_source import resolve_model
-    from verifiers.inference.vllm_server import VLLMServer, VLLMServerSpec
+    from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
+    from verifiers.models.source import resolve_model
 
     try:  # vLLM is given a save_pretrained directory: a GGUF or a registry name is converted first
         model_dir = str(resolve_model(args.model_dir, log=lambda line: print(f"vf-vllm: {line}", file=sys.stderr,

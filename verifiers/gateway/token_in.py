@@ -34,7 +34,7 @@ from verifiers.clients.response import ModelResponse
 from verifiers.errors import BadRequestError, OverlongPromptError
 from verifiers.gateway.records import NOT_FOLLOW_UPS, GatewayCall
 from verifiers.gateway.tail import TemplateTail
-from verifiers.inference.tool_parser import forced_text, parse_tool_calls
+from verifiers.inference.server.tool_parser import forced_text, parse_tool_calls
 from verifiers.types import TurnTokens
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Real models from files and packages: GGUF conversion (`gguf`) and the named-model registry (`registry`).
+"""Where models come from: GGUF conversion (`gguf`), the named-model registry (`registry`), a name
+resolved to a model directory (`source.resolve_model`) and the random `tiny` builder (`tiny`).
 
 Importing this package imports neither torch nor transformers; a conversion imports them when it runs.
 """

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from verifiers.inference.protocol import ERROR_TYPES
+from verifiers.inference.server.protocol import ERROR_TYPES
 from verifiers.testing.script import CompiledScript, ServerScript, fill, render_chat
 
 try:  # optional: faster serialisation when installed

@@ -91,7 +91,7 @@ async def test_the_scripted_expert_through_the_program_gives_expert_rows_like_ke
     import sys
 
     from verifiers.data.templating import apply_chat_template
-    from verifiers.inference.tiny import build_char_tokenizer
+    from verifiers.models.tiny import build_char_tokenizer
 
     env = load_environment(num_train_examples=4, num_eval_examples=0, digits=2, seed=5)
     rows = env.get_dataset().rows

@@ -113,7 +113,7 @@ def test_a_tool_user_scores_and_a_wrong_key_does_not() -> None:
 def test_expert_episodes_render_like_a_successful_rollout() -> None:
     from verifiers.data.templating import apply_chat_template
 
-    tok = pytest.importorskip("verifiers.inference.tiny").build_char_tokenizer()
+    tok = pytest.importorskip("verifiers.models.tiny").build_char_tokenizer()
     env = load_environment(num_train_examples=2, num_eval_examples=0)
     row = env.get_dataset().rows[0]
     ex = expert_episode(row, env.oai_tools or [])

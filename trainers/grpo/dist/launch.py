@@ -143,7 +143,7 @@ def relaunch(num_processes: int, argv: Sequence[str], *, cpu: bool, fsdp: bool =
 
     ``fsdp``: the processes shard the model (accelerate's ``--use_fsdp`` with `FSDP_ARGS`).
     """
-    from verifiers.inference.vllm_server import free_port
+    from verifiers.inference.vllm.server import free_port
 
     env = dict(os.environ)
     for k in ("MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_CPU"):

@@ -491,7 +491,7 @@ def _cache_rows(cache: Any, idx: Tensor) -> Any:
     """A copy of ``cache`` holding rows ``idx`` (its tensors index-selected, so gradients flow back)."""
     import copy
 
-    from verifiers.inference import kv
+    from verifiers.inference.engine import kv
 
     out = copy.copy(cache)
     out.layers = [copy.copy(layer) for layer in cache.layers]
@@ -507,7 +507,7 @@ def _shared_positions(model: Any, decoder: nn.Module, batch: TrainBatch,
     enough: each bucket is padded to its own longest completion, on its own copy of the prompts'
     cache. On an accelerator they run as one pass (one host round trip whatever the batch).
     """
-    from verifiers.inference import kv
+    from verifiers.inference.engine import kv
 
     device = batch.input_ids.device
     plens = batch.prompt_lens

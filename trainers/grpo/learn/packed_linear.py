@@ -5,7 +5,7 @@ development machine (an AMD EPYC with AVX-512, where MKL's products run well bel
 rate), while oneDNN's product of a prepacked weight reaches 250-270: the forward, the input's
 gradient and the weight's gradient of the 25M-parameter model's projections took 237 ms a layer
 with ``F.linear`` and 108 ms this way (one thread, 1,500 rows; `benchmarks/trainer_step.py`
-measures the whole step). `verifiers.inference.projections.PackedProjections` does the same for
+measures the whole step). `verifiers.inference.engine.projections.PackedProjections` does the same for
 the engine without autograd.
 
 `learner_projections` packs the weights as they are when it is made, together with their
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from verifiers.inference.projections import PackedProjections, pack, packed_product
+from verifiers.inference.engine.projections import PackedProjections, pack, packed_product
 
 ROWS_HINT = 1024
 """Rows oneDNN is told to expect (a learner pass runs about a thousand tokens or more); any count works."""

@@ -4,12 +4,12 @@ Why: on a small model the learner's step is mostly per-op work around the matmul
 and again in backward. transformers' generic forward builds its 4-D mask through the masking
 utilities, goes through its ``Cache`` classes, repeats the key/value heads and writes the rotation
 with a concatenation and a negation per tensor. This runs the same arithmetic from the model's own
-weights with autograd (`verifiers.inference.fast_decode.forward_tokens`, which the engine's prefill
+weights with autograd (`verifiers.inference.engine.fast_decode.forward_tokens`, which the engine's prefill
 also runs: one boolean mask, grouped-query SDPA, the sign folded into the sine), so gradients reach
 the same parameters. Its projections are oneDNN products of packed weights with their own
 backward (`packed_linear`, about 2x ``F.linear``'s rate on our machine), packed once per prompt
 pass and reused by the completion pass. The decoding step's checks
-(`verifiers.inference.fast_decode.why_not`: architecture, float32, CPU, plain ``nn.Linear``
+(`verifiers.inference.engine.fast_decode.why_not`: architecture, float32, CPU, plain ``nn.Linear``
 projections, no hooks) decide where it applies, and the learner also keeps transformers' forward
 for wrapped models (DDP, PEFT), gradient checkpointing and autocast. Log-probabilities and every
 parameter's gradient match transformers' to float32 rounding (``tests/trainers/test_plain_forward.py``
@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from trainers.grpo.learn.packed_linear import learner_projections
-from verifiers.inference.fast_decode import forward_tokens
-from verifiers.inference.fast_decode import why_not as decoder_why_not
-from verifiers.inference.projections import Projections
+from verifiers.inference.engine.fast_decode import forward_tokens
+from verifiers.inference.engine.fast_decode import why_not as decoder_why_not
+from verifiers.inference.engine.projections import Projections
 
 
 @dataclass

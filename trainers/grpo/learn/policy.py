@@ -28,7 +28,7 @@ from verifiers.errors import ConfigError
 def resolve_model_path(cfg: Any, out: Path, dist: Dist, log: Callable[[str], None]) -> str:
     """The model directory: vf-tiny built into ``out/base_model``, a directory, or a Hub id fetched
     into the cache (rank 0 first, the other ranks then load what it wrote)."""
-    from verifiers.inference.tiny import TinyModelSpec, save_tiny_model
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
 
     path = cfg.model
     if path == "tiny":
@@ -37,7 +37,7 @@ def resolve_model_path(cfg: Any, out: Path, dist: Dist, log: Callable[[str], Non
             if dist.is_main and not (Path(path) / "config.json").is_file():
                 save_tiny_model(path, TinyModelSpec(**cfg.tiny_model.model_dump()))
         return path
-    from verifiers.inference.model_source import resolve_model
+    from verifiers.models.source import resolve_model
 
     with dist.main_first():
         return str(resolve_model(path, log=log))
@@ -147,7 +147,7 @@ class Policy:
 def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist) -> Policy:
     """Load the model (float32 by default), add the reference copy or LoRA, AdamW and the schedule."""
     from trainers.grpo.learn.fsdp import whole_loading
-    from verifiers.inference.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_model_and_tokenizer
 
     # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
     # round away unless they exceed half its last bit (see docs/training.md, "Precision").

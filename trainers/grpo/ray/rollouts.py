@@ -357,7 +357,7 @@ def _serve_engine(cfg: Any, engine: Any) -> tuple[Any, str, str]:
     load other weights into the policy through /weights/reload. The workers get it in their spec.
     The URL's host is ``advertise_host``, else ``serve_host``, else (0.0.0.0) this node's Ray IP.
     """
-    from verifiers.inference.runner import EmbeddedServer
+    from verifiers.inference.server.runner import EmbeddedServer
 
     rc = cfg.ray
     key = secrets.token_urlsafe(32)

@@ -56,7 +56,7 @@ class RunDisplay:
             collapse_steps=cfg.collapse_warn_steps,
         )
         self.watch.banner(facts)
-        from verifiers.inference.devices import unused_gpu_note
+        from verifiers.inference.engine.devices import unused_gpu_note
 
         note = unused_gpu_note(str(device), "vf-train trains on the GPU whenever torch can use one")
         if note:

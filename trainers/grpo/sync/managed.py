@@ -36,7 +36,7 @@ class ManagedServers:
         return self._start(cfg, model_path, out, log)
 
     def _start(self, cfg: Any, model_path: str, out: Path, log: Callable[[str], None]) -> list[str]:
-        from verifiers.inference.vllm_server import VLLMServerSpec, start_servers
+        from verifiers.inference.vllm.server import VLLMServerSpec, start_servers
 
         v = cfg.vllm
         if v.cpu_cores is not None and len(v.cpu_cores) != v.num_servers:

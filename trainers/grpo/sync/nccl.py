@@ -46,7 +46,7 @@ NUM_BUFFERS = 2
 
 
 class Admin(Protocol):
-    """The control routes of one vLLM server (`verifiers.inference.vllm_admin.VLLMAdmin` is one)."""
+    """The control routes of one vLLM server (`verifiers.inference.vllm.admin.VLLMAdmin` is one)."""
 
     root: str
 

@@ -41,7 +41,7 @@ from trainers.grpo.sync.base import ExternalServerSync
 from trainers.grpo.sync.export import export_weights, iter_export_weights
 from verifiers.clients.balanced import AffinityClient, ChatTarget, make_chat_client
 from verifiers.errors import ConfigError, ServerUnreachableError, WeightSyncError
-from verifiers.inference.vllm_admin import VLLMAdmin
+from verifiers.inference.vllm.admin import VLLMAdmin
 
 TRANSPORTS = ("reload", "nccl", "lora")
 
@@ -238,7 +238,7 @@ class VLLMSync(ExternalServerSync):
 
             if not torch.cuda.is_available():
                 raise ConfigError("weight_sync = 'nccl' needs the trainer on a CUDA GPU; use 'reload' on CPU")
-            from verifiers.inference.vllm_server import free_port
+            from verifiers.inference.vllm.server import free_port
 
             self._nccl = NCCLWeightSender(self.admins, master_address=self.nccl_address or route_address(self.admins),
                                           master_port=self._nccl_port or free_port())

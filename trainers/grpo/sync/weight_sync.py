@@ -56,7 +56,7 @@ class SharedEngineSync:
 
     def make_client(self) -> Any:
         # Environments get the engine without HTTP or the SDK pipeline in between (same API).
-        from verifiers.inference.runner import EngineChatClient
+        from verifiers.inference.server.runner import EngineChatClient
 
         return EngineChatClient(self.engine, [self.model_name])
 
@@ -137,7 +137,7 @@ def probe_tolerance(cfg: Any, model: Any) -> float:
     (bf16 for most published models): a 1e-3 float32 tolerance would fail every sync.
     """
     from trainers.grpo.sync.probe import default_tolerance
-    from verifiers.inference.vllm_server import checkpoint_dtype
+    from verifiers.inference.vllm.server import checkpoint_dtype
 
     if cfg.sync_verify_tol is not None:
         return float(cfg.sync_verify_tol)
@@ -197,7 +197,7 @@ def make_weight_sync(cfg: Any, model: Any, tokenizer: Any, out: Path, urls: list
             raise ConfigError(f"base_url must be an http(s) URL, got {u!r}")
     kind = cfg.server_type
     if kind == "auto":
-        from verifiers.inference.vllm_admin import VLLMAdmin
+        from verifiers.inference.vllm.admin import VLLMAdmin
 
         down = [u for u in urls if not VLLMAdmin(u).healthy()]
         if down:

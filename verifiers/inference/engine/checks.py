@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from verifiers.errors import OverlongPromptError
+from verifiers.inference.engine.kv_budget import Budget
 from verifiers.inference.engine.requests import InvalidRequestError
-from verifiers.inference.kv_budget import Budget
-from verifiers.inference.sampling import SamplingParams
+from verifiers.inference.engine.sampling import SamplingParams
 
 
 def check_token_ids(ids: Sequence[Any], param: str, vocab: int) -> None:

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError
-from verifiers.inference.devices import empty_device_cache, is_oom
 from verifiers.inference.engine.checks import check_request, check_token_ids
+from verifiers.inference.engine.devices import empty_device_cache, is_oom
+from verifiers.inference.engine.kv_budget import DEFAULT_PREFILL_TOKENS, Budget, default_kv_tokens
 from verifiers.inference.engine.model_facts import eos_ids, text_decoder, vocab_size
 from verifiers.inference.engine.requests import (
     Request,
@@ -36,10 +37,9 @@ from verifiers.inference.engine.requests import (
     oom_error,
     step_error,
 )
+from verifiers.inference.engine.sampling import SamplingParams
 from verifiers.inference.engine.step import DecodeBatch
 from verifiers.inference.engine.weights import match_state
-from verifiers.inference.kv_budget import DEFAULT_PREFILL_TOKENS, Budget, default_kv_tokens
-from verifiers.inference.sampling import SamplingParams
 
 
 class InferenceEngine:
@@ -50,19 +50,19 @@ class InferenceEngine:
 
     Memory: ``max_kv_tokens`` bounds the KV cache, counted densely as rows x the longest row's
     worst case (prompt + max_tokens); a request is admitted, first come first served, only when
-    its rows fit next to the running ones (`verifiers.inference.kv_budget`). ``None`` means
+    its rows fit next to the running ones (`verifiers.inference.engine.kv_budget`). ``None`` means
     ``max_batch_size * max_model_len``, capped on a GPU to half the memory free at construction.
     ``max_prefill_tokens`` bounds the new tokens one prefill forward processes (long prompts are
-    prefilled in chunks). The cache is preallocated and written in place (`verifiers.inference.kv.SlotKV`).
+    prefilled in chunks). The cache is preallocated and written in place (`verifiers.inference.engine.kv.SlotKV`).
     An out-of-memory error fails only the newest request; the others continue.
     ``fast_decode`` decodes Llama-family float32 models on a CPU without transformers' forward
-    (`verifiers.inference.fast_decode`, same outputs); other models always use their own forward.
+    (`verifiers.inference.engine.fast_decode`, same outputs); other models always use their own forward.
     ``packed_weights`` lets that path multiply by oneDNN-packed copies of the projection weights
-    (`verifiers.inference.projections`; about 2x faster products, one more copy of those weights in
+    (`verifiers.inference.engine.projections`; about 2x faster products, one more copy of those weights in
     memory, models up to 1 GiB of them). The copy is rebuilt after `paused` ends and after
     `bump_version`, so edit shared weights under `paused` as `update_weights` does.
     On a CUDA GPU that path also runs float32 and bfloat16 weights, and ``cuda_graphs`` replays its
-    decoding step from CUDA graphs (`verifiers.inference.cuda_graphs`: one launch a step instead of
+    decoding step from CUDA graphs (`verifiers.inference.engine.cuda_graphs`: one launch a step instead of
     hundreds; weight updates in place reach the graphs); `decode_path` says what runs and why.
     ``autocast="bfloat16"`` runs every forward under bf16 autocast (float32 weights, bf16 products),
     as a trainer with ``mixed_precision = "bf16"`` learns.
@@ -131,9 +131,9 @@ class InferenceEngine:
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu", **kw: Any) -> InferenceEngine:
         """An engine on ``path``: a saved directory, a .gguf file, a registry name or a hub id (`resolve_model`)."""
-        from verifiers.inference.attention import use_gqa_attention
-        from verifiers.inference.loading import load_model_and_tokenizer
-        from verifiers.inference.model_source import resolve_model
+        from verifiers.inference.engine.attention import use_gqa_attention
+        from verifiers.inference.engine.loading import load_model_and_tokenizer
+        from verifiers.models.source import resolve_model
 
         # a directory, a .gguf file (converted once), a registry name or a hub id
         model, tok = load_model_and_tokenizer(resolve_model(str(path)), dtype=dtype, device=device)
@@ -150,7 +150,7 @@ class InferenceEngine:
     # -- lifecycle -------------------------------------------------------------------------
     @property
     def fast_decoding(self) -> bool:
-        """Whether decoding steps run the engine's own step (`verifiers.inference.fast_decode`)."""
+        """Whether decoding steps run the engine's own step (`verifiers.inference.engine.fast_decode`)."""
         return self._decoder.fast is not None
 
     @property
@@ -238,7 +238,7 @@ class InferenceEngine:
 
         The checkpoint is loaded and checked in full before anything is copied (see `update_weights`).
         """
-        from verifiers.inference.loading import load_model_and_tokenizer
+        from verifiers.inference.engine.loading import load_model_and_tokenizer
 
         fresh, _ = load_model_and_tokenizer(path, device=str(self.device), with_tokenizer=False)
         return self.update_weights(fresh)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifiers.errors import ConfigError, ServerError
-from verifiers.inference.sampling import RowSampling, SamplingParams
+from verifiers.inference.engine.sampling import RowSampling, SamplingParams
 
 _SEQ_IDS = itertools.count()
 

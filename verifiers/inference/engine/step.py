@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verifiers.inference.cuda_graphs import GraphedDecode
-from verifiers.inference.cuda_graphs import why_not as graphs_why_not
+from verifiers.inference.engine.cuda_graphs import GraphedDecode
+from verifiers.inference.engine.cuda_graphs import why_not as graphs_why_not
+from verifiers.inference.engine.fast_decode import FastDecoder, why_not
+from verifiers.inference.engine.kv import RowTable, SlotKV
+from verifiers.inference.engine.kv_budget import Budget
 from verifiers.inference.engine.outputs import advance, output
 from verifiers.inference.engine.requests import PrefillPlan, Request, Seq, batched_wakeups, step_error
-from verifiers.inference.fast_decode import FastDecoder, why_not
-from verifiers.inference.kv import RowTable, SlotKV
-from verifiers.inference.kv_budget import Budget
-from verifiers.inference.sampling import RowSampling
+from verifiers.inference.engine.sampling import RowSampling
 
 # Per-row device columns of the running batch (name -> torch dtype name).
 _ROW_COLUMNS = {
@@ -180,7 +180,7 @@ class DecodeBatch:
         Identical prompts (the G samples of a GRPO group sent as G requests, or ``n > 1``) share one
         prefill; their cache rows are copied from it afterwards.
         """
-        from verifiers.inference.kv_budget import prefill_groups
+        from verifiers.inference.engine.kv_budget import prefill_groups
 
         unique: dict[tuple[int, ...], int] = {}
         longest_new: list[int] = []
@@ -270,7 +270,7 @@ class DecodeBatch:
         """Write the new rows' positions and sampling parameters into their slots (once per row)."""
         import torch
 
-        from verifiers.inference.sampling import row_values, seed_key
+        from verifiers.inference.engine.sampling import row_values, seed_key
 
         t = self.table
         for name, dtype in _ROW_COLUMNS.items():
@@ -325,7 +325,7 @@ class DecodeBatch:
 
     def batch_params(self, seqs: list[Seq], vocab: int) -> Any:
         """Slices of the per-row columns plus the batch's composition (rebuilt only when rows change)."""
-        from verifiers.inference.sampling import BatchParams, composition
+        from verifiers.inference.engine.sampling import BatchParams, composition
 
         n = len(seqs)
         key = tuple(s.uid for s in seqs)
@@ -348,7 +348,7 @@ class DecodeBatch:
         """
         import torch
 
-        from verifiers.inference.sampling import process_logits, sample
+        from verifiers.inference.engine.sampling import process_logits, sample
 
         dev, n = self.device, len(seqs)
         logits = logits.float()

@@ -7,7 +7,7 @@ including ``prompt_token_ids`` and per-choice ``token_ids`` when ``return_token_
 set, plus a ``weight_version`` field naming the policy version that produced them.
 
 This module is the HTTP side (routing, auth, body limits, disconnects, error bodies); the
-request handling itself is `verifiers.inference.api.EmbeddedAPI`.
+request handling itself is `verifiers.inference.server.api.EmbeddedAPI`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifiers.errors import ConfigError, OverlongPromptError
-from verifiers.inference.api import EmbeddedAPI, render_chat
 from verifiers.inference.engine import InferenceEngine, InvalidRequestError
-from verifiers.inference.protocol import OpenAIError
+from verifiers.inference.server.api import EmbeddedAPI, render_chat
+from verifiers.inference.server.protocol import OpenAIError
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "BodyLimit", "EmbeddedAPI", "create_app", "render_chat"]
 
