@@ -297,6 +297,46 @@ async def test_a_hosted_api_that_rejects_token_fields_is_asked_again_without_the
         await runner.cleanup()
 
 
+async def test_closing_a_session_cancels_its_upstream_call_in_flight() -> None:
+    """A rollout that ends while its program waits on the model (the program timed out or was
+    killed) closes its session: the upstream request is cancelled, so the inference server can
+    stop generating an answer nobody will read, and the call is recorded as failed, not lost."""
+    from aiohttp import web
+
+    reached, cancelled = asyncio.Event(), threading.Event()
+
+    async def chat(request: web.Request) -> web.Response:
+        reached.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()  # the server saw its client go: it would stop generating here
+            raise
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    client = vf.make_client(base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    try:
+        s = get_gateway().open_session(client, "policy")
+        program = asyncio.ensure_future(_in_thread(lambda: _post(f"{s.base_url}/chat/completions",
+                                                                 {"model": "m", "messages": MSG}, s.secret)))
+        await asyncio.wait_for(reached.wait(), 10)
+        get_gateway().close_session(s)
+        status, body = await asyncio.wait_for(program, 10)
+        assert await asyncio.to_thread(cancelled.wait, 10), "the upstream request was still running"
+        assert status == 502 and "rollout owning this session has ended" in body["error"]["message"]
+        assert s.calls[0].status == 502 and s.calls[0].reply is None
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
 def test_the_filesystem_socket_directory_goes_with_the_process() -> None:
     """The process-wide gateway is seldom stopped by hand; its socket directory must not pile up in /tmp."""
     code = (

@@ -276,12 +276,16 @@ class AgentEnv(Environment):
     def use_tokenizer(self, tokenizer: Any, max_model_len: int | None = None) -> None:
         """Send a program's calls that extend an earlier call as that call's exact ids plus the new
         tail (token-in, `verifiers.gateway.token_in`): re-tokenising sampled text can then never
-        drift. ``tokenizer`` is the served policy's; the trainer passes it. A copy is kept: a fast
-        tokenizer used from two threads at once raises."""
+        drift. ``tokenizer`` is the served policy's; the trainer passes it. A string names the
+        model it comes from (a directory, a ``.gguf`` file or a registry name such as
+        ``smollm2-135m-instruct``: what ``vf-serve`` was given), so that ``vf-eval -a`` can set it.
+        A copy is kept: a fast tokenizer used from two threads at once raises."""
         import copy
 
         from verifiers.gateway import token_prompt_for
 
+        if isinstance(tokenizer, str | Path):
+            tokenizer = _load_tokenizer(str(tokenizer))
         self.token_prompt = token_prompt_for(copy.deepcopy(tokenizer), max_model_len=max_model_len)
 
     async def cleanup_state(self, state: State) -> None:
@@ -294,3 +298,15 @@ class AgentEnv(Environment):
         workdir = state.get("workdir")
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _load_tokenizer(spec: str) -> Any:
+    """The tokenizer of the model ``spec`` names, resolved as ``vf-serve`` resolves it."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise ConfigError(f"AgentEnv(tokenizer={spec!r}) loads the tokenizer with transformers, which is not "
+                          "installed: pip install 'verifiers[train]' (or pass a tokenizer object)") from exc
+    from verifiers.models.source import resolve_model
+
+    return AutoTokenizer.from_pretrained(str(resolve_model(spec)))

@@ -142,8 +142,10 @@ class InterceptionGateway:
         return session
 
     def close_session(self, session: Session) -> None:
-        """Later requests of this session answer 409; its record stays on the `Session` object."""
+        """Later requests of this session answer 409, its upstream calls still running are cancelled;
+        its record stays on the `Session` object."""
         session.closed = True
+        session.cancel_upstream()
         self._sessions.pop(session.id, None)
         self._closed[session.id] = None
         while len(self._closed) > MAX_CLOSED_IDS:  # a long run closes millions; older ids answer 404

@@ -83,6 +83,7 @@ class Session:
         self.responses: dict[str, Any] = {}
         """Responses API objects of this session by id (``previous_response_id``), see `dialects.responses`."""
         self._last: tuple[str, asyncio.Future[tuple[Reply, GatewayCall | None]]] | None = None
+        self._inflight: set[Any] = set()  # upstream calls running now (concurrent futures or gateway-loop tasks)
 
     # -- what the environment reads back
     @property
@@ -218,12 +219,34 @@ class Session:
         """One upstream call: here when the client works on any loop, else on the rollout's loop
         (where the client lives). The hop to another thread costs a GIL hand-over per call."""
         if getattr(self.client, "any_loop", False):
-            return await self._upstream(call, messages, tools, args)
+            running: Any = asyncio.ensure_future(self._upstream(call, messages, tools, args))
+            waiter: Any = running
+        else:
+            try:
+                running = asyncio.run_coroutine_threadsafe(self._upstream(call, messages, tools, args), self.loop)
+            except RuntimeError as exc:  # the rollout's loop is closed: the rollout is over
+                raise ServerError(f"the rollout owning this session has ended ({exc})") from exc
+            waiter = asyncio.wrap_future(running)
+        self._inflight.add(running)
         try:
-            running = asyncio.run_coroutine_threadsafe(self._upstream(call, messages, tools, args), self.loop)
-        except RuntimeError as exc:  # the rollout's loop is closed: the rollout is over
-            raise ServerError(f"the rollout owning this session has ended ({exc})") from exc
-        return await asyncio.wrap_future(running)
+            return await waiter
+        except asyncio.CancelledError:
+            if self.closed:  # cancelled by `cancel_upstream`: the rollout ended while the model was busy
+                raise ServerError("the rollout owning this session has ended") from None
+            raise
+        finally:
+            self._inflight.discard(running)
+
+    def cancel_upstream(self) -> None:
+        """Cancel the upstream calls still running (from any thread): the rollout has ended (the
+        program timed out or exited), so nobody will read their answers, and closing their HTTP
+        requests lets the inference server stop generating them. Without it a run whose programs
+        time out leaves the server busy with the dead rollouts' calls, and the next ones wait."""
+        for running in list(self._inflight):
+            if isinstance(running, asyncio.Future):
+                running.get_loop().call_soon_threadsafe(running.cancel)
+            else:
+                running.cancel()
 
     async def _upstream(
         self, call: GatewayCall, messages: list[dict[str, Any]], tools: Any, args: dict[str, Any]
