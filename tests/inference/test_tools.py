@@ -223,3 +223,34 @@ async def test_verifiers_client_reads_the_tool_calls(scripted) -> None:
     assert resp.finish_reason == "tool_calls"
     assert resp.tool_calls[0]["function"]["name"] == "get_weather"
     assert json.loads(resp.tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
+
+
+NO_TOOLS_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_template_that_drops_tools_is_named_once(model_and_tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """SmolLM2's template (like this one) renders nothing of ``tools``: a tool request's schemas never
+    reach the model, which would look like a model that will not call tools. vf-serve says so once."""
+    import copy
+    import logging
+
+    from verifiers.inference.engine import InferenceEngine
+    from verifiers.inference.server.api import template_drops_tools
+    from verifiers.inference.server.runner import EmbeddedServer
+
+    model, tok = model_and_tokenizer
+    assert not template_drops_tools(tok)
+    plain = copy.deepcopy(tok)
+    plain.chat_template = NO_TOOLS_TEMPLATE
+    assert template_drops_tools(plain)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    with caplog.at_level(logging.WARNING, logger="verifiers.inference.server.api"), \
+            InferenceEngine(model, plain, max_batch_size=2) as eng, EmbeddedServer(eng, ["m"]) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+        for _ in range(2):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], tools=tools,
+                                           max_tokens=2)
+        client.close()
+    warned = [r for r in caplog.records if "does not render `tools`" in r.getMessage()]
+    assert len(warned) == 1 and "m" in warned[0].getMessage()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -92,6 +93,25 @@ def render_chat(
     )
 
 
+log = logging.getLogger(__name__)
+_PROBE_TOOL = {"type": "function", "function": {"name": "vf_probe_tool", "description": "probe",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def template_drops_tools(tokenizer: Any) -> bool:
+    """Whether the chat template renders a conversation the same with and without ``tools``: then
+    a request's tool schemas never reach the model (SmolLM2's template is one such)."""
+    from verifiers.data.templating import ChatTemplateError, apply_chat_template
+
+    probe = [{"role": "user", "content": "hi"}]
+    try:
+        with_tools = apply_chat_template(tokenizer, probe, tools=[_PROBE_TOOL], tokenize=False)
+        without = apply_chat_template(tokenizer, probe, tokenize=False)
+    except ChatTemplateError:
+        return False  # a template that refuses tools says so itself, per request
+    return with_tools == without
+
+
 class _TokenText:
     """Cached id → text for logprob entries (decoding one id at a time is the hot path).
 
@@ -133,6 +153,7 @@ class EmbeddedAPI:
         self.engine = engine
         self.names = list(served_model_names)
         self.token_text = _TokenText(engine.tokenizer)
+        self._tools_checked = False
         self.renders = RenderCache(engine.tokenizer)
         self.created = int(time.time())
         self.reload_dir = Path(reload_dir).resolve() if reload_dir is not None else None
@@ -227,6 +248,8 @@ class EmbeddedAPI:
         named = req.named_tool()
         use_tools = bool(req.tools) and req.tool_choice != "none"
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []] if use_tools else None
+        if tools and not self._tools_checked:
+            self._warn_if_tools_dropped()
         if req.tool_choice in ("required",) and not req.tools:
             raise OpenAIError(400, "tool_choice 'required' needs a non-empty 'tools' list", param="tool_choice")
         self.check_constraints(req)
@@ -266,6 +289,15 @@ class EmbeddedAPI:
         if req.return_token_ids:
             choice["token_ids"] = o.token_ids
         return choice
+
+    def _warn_if_tools_dropped(self) -> None:
+        """Once per server: a request sent tools the chat template does not render (the model
+        answers without ever seeing them, which looks like a model that will not call tools)."""
+        self._tools_checked = True
+        if template_drops_tools(self.engine.tokenizer):
+            log.warning("the chat template of %s does not render `tools`: requests' tool schemas never reach "
+                        "the model. Serve a model whose template supports tools, or describe the tools in "
+                        "the messages (tool calls are still parsed from <tool_call> blocks)", self.names[0])
 
     def _parse_chat(self, body: Any) -> tuple[ChatRequest, list[int], Any, list[int], bool]:
         req: ChatRequest = self.parse(ChatRequest, body)
