@@ -118,9 +118,17 @@ def test_the_benchmark_summarises_the_run(program_run: RecordingTrainer) -> None
     spec.loader.exec_module(bench)
     rows = [json.loads(line) for line in (program_run.out / "metrics.jsonl").read_text().splitlines()]
     out = bench.summarize(rows, wall_s=12.5, reward_first=0.0, rows_per_step=4)
-    assert list(out)[:6] == ["reward_first", "reward_last", "wall_s", "calls_per_rollout", "rows_per_rollout",
-                             "steps"]
+    assert list(out)[:7] == ["reward_first", "reward_after_warmup", "reward_last", "wall_s", "calls_per_rollout",
+                             "rows_per_rollout", "steps"]
+    assert out["reward_after_warmup"] == pytest.approx(rows[0]["reward"])  # step 1: before any RL update
     assert out["calls_per_rollout"] == 2.0 and out["rows_per_rollout"] == 1.0  # one token-exact row a rollout
     assert out["reward_last"] == pytest.approx(sum(r["reward"] for r in rows) / 2)
     assert out["targets_met"] == (out["reward_last"] >= 0.8)
     json.dumps(out)
+    # agent_program_rl.toml's targets bound the reward after the warm-up instead of the untrained one
+    rl = bench.summarize(rows, wall_s=12.5, reward_first=1.0, rows_per_step=4,
+                         targets=bench.TARGETS_BY_CONFIG["agent_program_rl.toml"])
+    assert rl["targets_met"] == (rl["reward_after_warmup"] <= 0.4 and rl["reward_last"] >= 0.8)
+    assert bench._config(["--seed", "1"]) == (bench.CONFIG, ["--seed", "1"])
+    config, rest = bench._config(["--config", "examples/configs/agent_program_rl.toml", "--seed", "1"])
+    assert config.name == "agent_program_rl.toml" and config.is_file() and rest == ["--seed", "1"]
