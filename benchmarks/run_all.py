@@ -1,6 +1,6 @@
 """Every headline benchmark, one after another, and one table of where we stand.
 
-    python benchmarks/run_all.py --quick                  # quick settings, ~15-20 minutes on 2 cores
+    python benchmarks/run_all.py --quick                  # quick settings, ~20-25 minutes on 2 cores
     python benchmarks/run_all.py                          # each benchmark's own defaults (an hour or more)
     python benchmarks/run_all.py --quick --only trainer_step,gateway_overhead
     python benchmarks/run_all.py --quick --no-readme      # print the table, leave benchmarks/README.md alone
@@ -13,7 +13,8 @@ ran, so a reader sees which figures were taken on a busy machine. ``--quick`` us
 settings (listed in the table's ``settings`` column); a figure measured that way is a
 smoke figure, noisier than the benchmark's own defaults give. The Quickstart's learning run
 is whole even then (under a minute); the agentic one stops after 150 of its 500 RL steps, so
-its target is marked "(shortened run)".
+its target is marked "(shortened run)"; the example configs' runs (``examples_learn``) are whole
+but on one seed instead of three.
 
 The table is rewritten in ``benchmarks/README.md`` between the ``<!-- run_all:begin -->`` and
 ``<!-- run_all:end -->`` markers; with ``--only``, rows of the benchmarks not run are kept as
@@ -173,6 +174,24 @@ def rows_agentic_learning(out: dict[str, Any], quick: bool = False) -> list[Row]
     return rows
 
 
+def rows_examples_learn(out: dict[str, Any], quick: bool = False) -> list[Row]:
+    """One row per example config: each seed's reward first 10 steps -> last 10%, against the config's target."""
+    del quick  # --quick runs fewer seeds, which the settings column says
+    by_config: dict[str, list[dict[str, Any]]] = {}
+    for run in out.get("runs") or []:
+        by_config.setdefault(run["config"], []).append(run)
+    rows = []
+    for config, runs in by_config.items():
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        curves = " / ".join(f"{_num(r.get('first'), 2)} → {_num(r.get('last'), 2)}" for r in runs)
+        met = sum(bool(r.get("met")) for r in runs)
+        slowest = max((r.get("seconds") or 0) for r in runs)
+        rows.append(Row("examples_learn", f"examples/configs/{config}.toml, seed {seeds}: reward first 10 steps → "
+                        f"last 10% (slowest run {slowest:.0f} s)", curves, "—", "—", runs[0].get("target", "—"),
+                        f"{_met(met == len(runs))} ({met}/{len(runs)})"))
+    return rows
+
+
 @dataclass
 class Bench:
     """A benchmark: its script, its arguments quick and full, and how its JSON becomes rows."""
@@ -207,6 +226,8 @@ BENCHES = [
           rows_gateway_overhead, 300),
     Bench("learning", [], [], rows_learning, 900, learning=True),  # the whole Quickstart: under a minute
     Bench("agentic_learning", ["--max_steps", "150"], [], rows_agentic_learning, 900, learning=True),
+    # every example config without an external server, its whole budget: 1 seed quick (~4 min), 3 in full (~12 min)
+    Bench("examples_learn", ["--seeds", "1"], [], rows_examples_learn, 2700, learning=True),
 ]
 
 
@@ -325,7 +346,7 @@ def update_readme(text: str, rows: list[Row], ran: set[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short settings (~15-20 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="short settings (~20-25 minutes on 2 cores)")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite the table in benchmarks/README.md")
     ap.add_argument("--log-dir", type=Path, default=None, help="where each benchmark's output goes")

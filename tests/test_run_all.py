@@ -95,3 +95,17 @@ def test_a_readme_without_markers_gets_the_section_after_its_first_paragraph(run
     new = run_all.update_readme(text, [run_all.Row("learning", "reward", "0 → 1")], {"learning"})
     assert new.index("Run them quietly.") < new.index(run_all.BEGIN) < new.index("## rollout_engine.py")
     assert "| learning | reward | 0 → 1 |" in new
+
+
+def test_examples_learn_gives_one_row_per_config_with_every_seed(run_all: Any) -> None:
+    run = {"target": "first10 <= 0.2 and last10% >= 0.8", "seconds": 40.0}
+    out = {"runs": [{**run, "config": "mix", "seed": 0, "first": 0.04, "last": 0.997, "met": True},
+                    {**run, "config": "mix", "seed": 1, "first": 0.03, "last": 0.22, "met": False, "seconds": 71.6},
+                    {**run, "config": "dapo", "seed": 0, "first": 0.03, "last": 0.99, "met": True}]}
+    rows = run_all.rows_examples_learn(out)
+    assert [r.benchmark for r in rows] == ["examples_learn", "examples_learn"]
+    assert "mix.toml, seed 0, 1" in rows[0].figure and "slowest run 72 s" in rows[0].figure
+    assert (rows[0].ours, rows[0].target, rows[0].met) == (
+        "0.04 → 1.00 / 0.03 → 0.22", "first10 <= 0.2 and last10% >= 0.8", "**no** (1/2)")
+    assert rows[1].met == "yes (1/1)"
+    assert "examples_learn" in {b.name for b in run_all.BENCHES}
