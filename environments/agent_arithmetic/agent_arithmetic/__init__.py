@@ -4,8 +4,8 @@ Each rollout runs ``check_agent.py`` (the official ``openai`` client, nothing fr
 a subprocess under `vf.AgentEnv`: the program asks the model to solve ``a op b``, sends the
 reply back asking for a check and the final answer alone, and prints that. Both calls go through
 the interception gateway, which records their token ids (the second continues the first's exact
-ids when the environment has the policy's tokenizer); the reward is whether the printed
-``\\boxed{}`` integer is the answer.
+ids when the environment has the policy's tokenizer); the reward is whether the printed answer
+(its last ``\\boxed{}`` integer, else its last integer) is the problem's.
 
 It needs no tool support from the chat template, so a real small instruct model (SmolLM2, whose
 template drops ``tools``) runs it: docs/agents.md has its figures through vf-eval.
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import verifiers as vf
-from agent_arithmetic.rewards import boxed_answer, correct_answer, model_calls
+from agent_arithmetic.rewards import boxed_answer, correct_answer, model_calls, printed_answer
 
-__all__ = ["PROGRAM", "boxed_answer", "correct_answer", "load_environment", "make_rows", "model_calls"]
+__all__ = ["PROGRAM", "boxed_answer", "correct_answer", "load_environment", "make_rows", "model_calls", "printed_answer"]
 
 PROGRAM = Path(__file__).with_name("check_agent.py")
 """The agent program each rollout runs."""

@@ -5,26 +5,33 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["boxed_answer", "correct_answer", "model_calls"]
+__all__ = ["boxed_answer", "correct_answer", "model_calls", "printed_answer"]
 
-_BOXED = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
+_BOXED = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}", re.IGNORECASE)
+_INTEGER = re.compile(r"-?\d+")
 
 
-def _printed_integer(state: dict[str, Any]) -> str | None:
-    """The last ``\\boxed{}`` integer the program printed (None: it printed none)."""
-    found = _BOXED.findall(str((state.get("agent") or {}).get("stdout") or ""))
-    return found[-1] if found else None
+def _printed(state: dict[str, Any]) -> str:
+    return str((state.get("agent") or {}).get("stdout") or "")
+
+
+def printed_answer(state: dict[str, Any]) -> int | None:
+    """The program's final answer: the last ``\\boxed{}`` integer it printed, else the last integer
+    (as arithmetic's MathRubric reads a reply without a box), else None."""
+    text = _printed(state)
+    found = _BOXED.findall(text) or _INTEGER.findall(text)
+    return int(found[-1]) if found else None
 
 
 def correct_answer(state: dict[str, Any], answer: str, **_: Any) -> float:
     """1.0 when the program's printed final answer is the problem's integer."""
-    value = _printed_integer(state)
-    return float(value is not None and int(value) == int(answer))
+    value = printed_answer(state)
+    return float(value is not None and value == int(answer))
 
 
 def boxed_answer(state: dict[str, Any], **_: Any) -> float:
-    """1.0 when the printed answer holds a ``\\boxed{}`` integer at all (format, right or wrong)."""
-    return float(_printed_integer(state) is not None)
+    """1.0 when the printed answer holds a ``\\boxed{}`` integer (the format asked for, right or wrong)."""
+    return float(bool(_BOXED.search(_printed(state))))
 
 
 def model_calls(state: dict[str, Any], **_: Any) -> float:

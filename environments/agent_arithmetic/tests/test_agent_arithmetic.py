@@ -28,7 +28,10 @@ def test_reward_reads_the_last_boxed_integer_the_program_printed() -> None:
     assert correct_answer(state("so \\boxed{-3}\n"), "-3") == 1.0
     assert correct_answer(state("\\boxed{4} no wait \\boxed{5}"), "5") == 1.0
     assert correct_answer(state("\\boxed{4} no wait \\boxed{5}"), "4") == 0.0
-    assert correct_answer(state("the answer is 5"), "5") == 0.0  # not boxed: the format is the task's
+    assert correct_answer(state("9 + 13 = 22\nSo: 22"), "22") == 1.0  # no box: the last integer, as MathRubric
+    assert correct_answer(state("\\boxed{22} since 9 + 13 = 21"), "22") == 1.0  # a box wins over later numbers
+    assert correct_answer(state("\\Boxed{33}"), "33") == 1.0
+    assert correct_answer(state("no number"), "5") == 0.0
     assert correct_answer({}, "5") == 0.0  # the program never ran
     assert boxed_answer(state("\\boxed{ 12 }")) == 1.0 and boxed_answer(state("12")) == 0.0
     assert model_calls(state("")) == 2.0 and model_calls({}) == 0.0
