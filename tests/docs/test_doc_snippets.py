@@ -112,6 +112,9 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
                                                    "test_agent_program_rows.py runs 2 steps of it"),
     (AGENTS, "learning-through-a-program#2"): Skip("long", "about 15 min of training on 2 cores: it is the "
                                                    "benchmark (agent_program_rl.toml), measured per seed in the doc"),
+    (AGENTS, "a-real-model-through-a-program#1"): Skip("long", "starts vf-serve on the real model (a 93 MB download "
+                                                         "once) for a 40-rollout eval: its program and token-in "
+                                                         "are tested by tests/real_model/test_token_in.py"),
     (AGENTS, "mcp-tools-vfmcptoolenv#1"): Skip("fragment", "`rows`, `key` and `my-search-server` are the reader's"),
     (ARCH, "architecture-one-way-flow-and-where-to-make-a-change#1"): Skip("not a command", "the layer diagram"),
     (DATA, "training-data#1"): Skip("fragment", "`vf` and `rubric` come from the reader, data/gsm8k/train.parquet "
