@@ -188,3 +188,19 @@ async def test_cancelling_the_run_ends_the_program_and_its_children(tmp_path: Pa
         await asyncio.sleep(0.05)
     assert not _alive(child) and not _alive(program)
     assert not Path(workdir).exists()  # the working directory went with the cancelled rollout
+
+
+def test_a_tokenizer_named_by_its_model_is_loaded_for_token_in(tmp_path: Path) -> None:
+    """``AgentEnv(tokenizer="<model>")``, what ``vf-eval -a '{"tokenizer": ...}'`` can pass: the
+    model's tokenizer is loaded (as vf-serve resolves the model) and follow-ups go token-in."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from verifiers.gateway import TokenIn
+    from verifiers.models.tiny import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    env = vf.AgentEnv(command=[sys.executable, "-c", "pass"], dataset=[{"question": "q", "answer": ""}],
+                      rubric=vf.Rubric(funcs=[lambda **_: 0.0]), tokenizer=str(model_dir))
+    assert isinstance(env.token_prompt, TokenIn)
+    assert env.token_prompt.tail.closing == "<|im_end|>\n"  # the tiny model's ChatML template

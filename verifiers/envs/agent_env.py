@@ -302,11 +302,13 @@ class AgentEnv(Environment):
 
 def _load_tokenizer(spec: str) -> Any:
     """The tokenizer of the model ``spec`` names, resolved as ``vf-serve`` resolves it."""
+    from verifiers.install_hint import install_command
+
     try:
         from transformers import AutoTokenizer
     except ImportError as exc:
         raise ConfigError(f"AgentEnv(tokenizer={spec!r}) loads the tokenizer with transformers, which is not "
-                          "installed: pip install 'verifiers[train]' (or pass a tokenizer object)") from exc
+                          f"installed: {install_command('train')} (or pass a tokenizer object)") from exc
     from verifiers.models.source import resolve_model
 
     return AutoTokenizer.from_pretrained(str(resolve_model(spec)))
