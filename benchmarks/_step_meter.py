@@ -311,3 +311,41 @@ def _round_figures(ours: dict[str, Any], trl: dict[str, Any], warm: int) -> dict
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+def machine_peak(on_gpu: bool, mixed_precision: str, threads: int, gpu_name: str | None) -> tuple[float, str]:
+    """The dense matmul peak MFU is taken against (TFLOP/s, measured now) and how it was measured."""
+    if on_gpu:
+        kind = "bf16" if mixed_precision == "bf16" else "float32"
+        peak_kind = f"cuda {kind}{' (TF32 off)' if kind == 'float32' else ''} {GPU_PEAK_N}^3 torch.mm"
+        peak = gpu_peak_tflops(kind)
+        print(f"GPU peak: {peak:.1f} TFLOP/s ({peak_kind}, {gpu_name})", flush=True)
+        return peak, peak_kind
+    peak = peak_tflops(threads)
+    print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {threads} torch threads)", flush=True)
+    return peak, f"cpu float32 2048^3 matmul, {threads} torch threads"
+
+
+def step_line(ours: dict[str, Any], trl: dict[str, Any], ratio: float | None, cpu_ratio: float | None,
+              verdict: str, rounds: list[dict[str, Any]], target: float) -> str:
+    """The human summary: both sides' seconds a step, their ratio and the verdict (or TRL's error)."""
+    ours_s, trl_s = ours.get("s_per_step"), trl.get("s_per_step")
+    ours_cpu, trl_cpu = ours.get("cpu_s_per_step"), trl.get("cpu_s_per_step")
+    return (
+        f"ours {ours_s:.3f} s/step (CPU {ours_cpu:.3f} s; generation {ours['generation_s']:.3f} s, "
+        f"train {ours['train_s']:.3f} s), "
+        + (f"TRL {trl_s:.3f} s/step (CPU {trl_cpu:.3f} s; generation {_fmt(trl.get('generation_s'))} s); "
+           f"ratio ours/TRL {ratio:.3f} "
+           f"(CPU {cpu_ratio:.3f}), target <= {target}: {verdict}"
+           + (f"; per round {', '.join(_fmt(r['ratio']) for r in rounds)}" if len(rounds) > 1 else "")
+           if ratio is not None and cpu_ratio is not None else f"TRL: {trl.get('error')}")
+    )
+
+
+def model_line(work: dict[str, Any], params: int) -> str:
+    """The workload in one line: the model's shape, the batch, the tokens and the threads."""
+    m = work["model"]
+    shape = (f"llama h{m['hidden_size']} i{m['intermediate_size']} L{m['num_hidden_layers']} "
+             f"heads {m['num_attention_heads']}/{m['num_key_value_heads']} ({params / 1e6:.2f}M params)")
+    return (f"model: {shape}; {work['prompts_per_step']} prompts x G={work['num_generations']}, "
+            f"{work['max_tokens']} completion tokens, {work['threads']} torch threads")

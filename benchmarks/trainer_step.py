@@ -96,7 +96,8 @@ if str(HERE) not in sys.path:  # the script's own helpers (_step_meter)
 
 from _step_meter import (  # noqa: E402, F401, I001  (re-exported: the benchmark's figures come from these)
     GPU_PEAK_N, PhaseTimer, _fmt, _max_of, _measured, _round_figures, cuda_sync, gpu_memory_gb, gpu_peak_tflops,
-    learner_figures, learner_line, matmul_params, peak_tflops, summarize_ours, summarize_trl, train_flops,
+    learner_figures, learner_line, machine_peak, matmul_params, model_line, peak_tflops, step_line, summarize_ours,
+    summarize_trl, train_flops,
 )
 
 TRL_VENV = HERE / ".venv-trl"
@@ -209,10 +210,43 @@ def param_count(model_dir: Path) -> int:
 # -- our trainer --------------------------------------------------------------------------
 
 
+def our_config(work: dict[str, Any], model_dir: Path, out_dir: Path) -> Any:
+    """Our trainer's config for ``work``: GRPO, constant learning rate, no sample tables or plots."""
+    from trainers.grpo.config import TrainConfig
+
+    return TrainConfig(
+        model=str(model_dir),
+        env_id=ENV_ID,
+        env_args=work["env_args"],
+        output_dir=str(out_dir),
+        seed=work["seed"],
+        algorithm="grpo",
+        prompts_per_step=work["prompts_per_step"],
+        num_generations=work["num_generations"],
+        gradient_accumulation_steps=1,
+        num_iterations=work["num_iterations"],
+        max_steps=work["warmup_steps"] + work["measured_steps"],
+        max_tokens=work["max_tokens"],
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=work["learning_rate"],
+        lr_scheduler="constant",
+        adam_beta1=0.9,
+        adam_beta2=0.99,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        torch_threads=work["threads"],
+        mixed_precision=work["mixed_precision"],
+        num_batches_ahead=work["ahead"],
+        num_sample_completions=0,
+        plot=False,
+        progress=False,
+    )
+
+
 def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, Any]:
     from rich.console import Console
 
-    from trainers.grpo.config import TrainConfig
     from trainers.grpo.run.reporting import read_metrics
     from trainers.grpo.trainer import GRPOTrainer
 
@@ -259,34 +293,7 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
                 print(f"ours step {len(cpu_s)} trained", flush=True)
             return out
 
-    cfg = TrainConfig(
-        model=str(model_dir),
-        env_id=ENV_ID,
-        env_args=work["env_args"],
-        output_dir=str(out_dir),
-        seed=work["seed"],
-        algorithm="grpo",
-        prompts_per_step=work["prompts_per_step"],
-        num_generations=work["num_generations"],
-        gradient_accumulation_steps=1,
-        num_iterations=work["num_iterations"],
-        max_steps=work["warmup_steps"] + work["measured_steps"],
-        max_tokens=work["max_tokens"],
-        temperature=1.0,
-        top_p=1.0,
-        learning_rate=work["learning_rate"],
-        lr_scheduler="constant",
-        adam_beta1=0.9,
-        adam_beta2=0.99,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        torch_threads=work["threads"],
-        mixed_precision=work["mixed_precision"],
-        num_batches_ahead=work["ahead"],
-        num_sample_completions=0,
-        plot=False,
-        progress=False,
-    )
+    cfg = our_config(work, model_dir, out_dir)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the weight-loading bar would interleave with the step lines
@@ -591,22 +598,9 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         model_dir = build_model(work["model"], root / "model")
         params = param_count(model_dir)
-        m = work["model"]
-        shape = (f"llama h{m['hidden_size']} i{m['intermediate_size']} L{m['num_hidden_layers']} "
-                 f"heads {m['num_attention_heads']}/{m['num_key_value_heads']} ({params / 1e6:.2f}M params)")
-        print(f"model: {shape}; {work['prompts_per_step']} prompts x G={work['num_generations']}, "
-              f"{work['max_tokens']} completion tokens, {work['threads']} torch threads", flush=True)
+        print(model_line(work, params), flush=True)
         body_params, head_params = matmul_params(model_dir, params)
-        if on_gpu:
-            kind = "bf16" if args.mixed_precision == "bf16" else "float32"
-            peak_kind = f"cuda {kind}{' (TF32 off)' if kind == 'float32' else ''} {GPU_PEAK_N}^3 torch.mm"
-            peak = gpu_peak_tflops(kind)
-            print(f"GPU peak: {peak:.1f} TFLOP/s ({peak_kind}, {gpu_name})", flush=True)
-        else:
-            peak_kind = f"cpu float32 2048^3 matmul, {work['threads']} torch threads"
-            peak = peak_tflops(work["threads"])
-            print(f"machine peak: {peak * 1e3:.1f} GFLOP/s (float32 2048^3 matmul, {work['threads']} torch threads)",
-                  flush=True)
+        peak, peak_kind = machine_peak(on_gpu, args.mixed_precision, work["threads"], gpu_name)
         # Rounds alternate ours and TRL, so a machine that slows down or speeds up mid-run (other
         # tenants) weighs on both sides alike; each side's figure is the median of all its rounds' steps.
         ours_rounds: list[dict[str, Any]] = []
@@ -636,16 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     if on_gpu:
         print(f"peak GPU memory: ours {_fmt(ours.get('peak_gpu_memory_gb'))} GB, "
               f"TRL {_fmt(trl.get('peak_gpu_memory_gb'))} GB", flush=True)
-    print(
-        f"ours {ours_s:.3f} s/step (CPU {ours_cpu:.3f} s; generation {ours['generation_s']:.3f} s, "
-        f"train {ours['train_s']:.3f} s), "
-        + (f"TRL {trl_s:.3f} s/step (CPU {trl_cpu:.3f} s; generation {_fmt(trl.get('generation_s'))} s); "
-           f"ratio ours/TRL {ratio:.3f} "
-           f"(CPU {cpu_ratio:.3f}), target <= {TARGET_RATIO}: {verdict}"
-           + (f"; per round {', '.join(_fmt(r['ratio']) for r in rounds)}" if len(rounds) > 1 else "")
-           if ratio is not None and cpu_ratio is not None else f"TRL: {trl.get('error')}"),
-        flush=True,
-    )
+    print(step_line(ours, trl, ratio, cpu_ratio, verdict, rounds, TARGET_RATIO), flush=True)
     result = {
         "ours_s_per_step": ours_s,
         "trl_s_per_step": trl_s,

@@ -255,19 +255,7 @@ def summarize(
         wall_s=wall_s,
         rollouts_per_s=(len(rs) / wall_s) if wall_s and wall_s > 0 else None,
     )
-    prompt_total = sum(r.usage.prompt_tokens for r in rs)
-    completion_total = sum(r.usage.completion_tokens for r in rs)
     n = len(rs)
-    follow_ups = sum(1 for r in rs for t in r.tokens if t.follow_up)
-    token_in = sum(1 for r in rs for t in r.tokens if t.follow_up and t.token_in)
-    tokens = TokenSummary(
-        prompt_total=prompt_total,
-        completion_total=completion_total,
-        prompt_mean=prompt_total / n if n else 0.0,
-        completion_mean=completion_total / n if n else 0.0,
-        follow_up_calls=follow_ups,
-        token_in_share=token_in / follow_ups if follow_ups else None,
-    )
     return EvalSummary(
         n=n,
         n_examples=len(by_example),
@@ -288,7 +276,24 @@ def summarize(
         n_truncated=sum(1 for r in rs if r.is_truncated),
         mean_turns=(sum(r.turns for r in rs) / n) if n else 0.0,
         timing=timing,
-        tokens=tokens,
+        tokens=_token_summary(rs),
+    )
+
+
+def _token_summary(rs: Sequence[RolloutResult]) -> TokenSummary:
+    """Usage totals and means per rollout, and the share of agent programs' follow-ups sent token-in."""
+    n = len(rs)
+    prompt_total = sum(r.usage.prompt_tokens for r in rs)
+    completion_total = sum(r.usage.completion_tokens for r in rs)
+    follow_ups = sum(1 for r in rs for t in r.tokens if t.follow_up)
+    token_in = sum(1 for r in rs for t in r.tokens if t.follow_up and t.token_in)
+    return TokenSummary(
+        prompt_total=prompt_total,
+        completion_total=completion_total,
+        prompt_mean=prompt_total / n if n else 0.0,
+        completion_mean=completion_total / n if n else 0.0,
+        follow_up_calls=follow_ups,
+        token_in_share=token_in / follow_ups if follow_ups else None,
     )
 
 
