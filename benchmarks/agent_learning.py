@@ -19,8 +19,9 @@ object. Targets on 2 CPU cores, per config:
 
 * agent_program.toml (issue 24; the warm-up does the learning, 15 MIX steps hold it):
   reward_first <= 0.2, reward_last >= 0.8, wall_s <= 900;
-* agent_program_rl.toml (issue 40 item 4; a short warm-up, then RL through the program raises the
-  reward): reward_after_warmup <= 0.4, reward_last >= 0.8, wall_s <= 900.
+* agent_program_rl.toml (issue 40 item 4; a warm-up that imitates a chatty expert, then GRPO through
+  the program, with no expert rows, raises the reward): reward_after_warmup <= 0.4, reward_last >= 0.8,
+  wall_s <= 900.
 
     python benchmarks/agent_learning.py [--config examples/configs/agent_program_rl.toml] [vf-train overrides, e.g. --seed 1]
 """

@@ -9,6 +9,11 @@ The tables come from another seed than the training split's.
 
     python examples/make_agent_lookup_expert.py [--num 512] [--seed 1] [--digits 2] [--out ...]
 
+``--chatty 0.75`` makes them a weaker expert's instead (`agent_lookup.chatty_rows`: three answers in
+four inside a sentence the grader refuses), the warm-up data of examples/configs/agent_program_rl.toml:
+
+    python examples/make_agent_lookup_expert.py --chatty 0.75 --out examples/data/agent_lookup_chatty.jsonl
+
 About 1 s of CPU per episode (each starts the program, which imports openai).
 """
 
@@ -32,10 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="table seed (the training split uses 0)")
     ap.add_argument("--digits", type=int, default=2, help="digits per value (agent_program.toml's env_args)")
     ap.add_argument("--concurrency", type=int, default=4, help="programs running at once")
+    ap.add_argument("--chatty", type=float, default=0.0,
+                    help="share of answers a chatty expert wraps in a sentence (agent_program_rl.toml: 0.75)")
     ap.add_argument("--out", default=str(ROOT / "examples" / "data" / "agent_lookup_expert.jsonl"))
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ENV_ROOT))  # works from a clone, installed or not
-    from agent_lookup import expert_rows, expert_script
+    from agent_lookup import chatty_rows, expert_rows, expert_script
 
     from verifiers.eval.export import find_runs, load_run
     from verifiers.testing import ScriptedServer
@@ -56,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = expert_rows(results)
     if len(rows) < len(results):
         print(f"note: {len(results) - len(rows)} of {len(results)} episodes were not correct and are left out")
+    if a.chatty:
+        rows = chatty_rows(rows, a.chatty, seed=0)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"wrote {len(rows)} expert episodes to {a.out}")

@@ -195,6 +195,39 @@ def test_the_markup_phase_follows_the_content_phase(tmp_path: Path) -> None:
     assert text.index("(all assistant tokens)") < text.index("sft warm-up done") < text.index("step 1/1")
 
 
+def test_the_markup_phase_reads_sft_warmup_all_data_where_it_is_set(tmp_path: Path) -> None:
+    """Copies from one expert's episodes, then the markup and style of another's (agent_program_rl.toml:
+    clean episodes, then a chatty expert's); a relative path resolves as expert_data's does."""
+    from types import SimpleNamespace
+
+    from trainers.grpo.data.prompts import expert_sets
+
+    tok = build_char_tokenizer("signature")
+    data = ROOT / "examples" / "data"
+    (tmp_path / "data").mkdir()
+    chatty = [line for line in (data / "agent_lookup_chatty.jsonl").read_text().splitlines()
+              if "The value of" in line][:3]
+    (tmp_path / "data" / "chatty.jsonl").write_text("\n".join(chatty) + "\n")
+    (tmp_path / "configs").mkdir()
+    config = tmp_path / "configs" / "run.toml"
+    config.write_text(f'expert_data = "{data / "agent_lookup_expert.jsonl"}"\nsft_warmup_steps = 5\n'
+                      'sft_warmup_all_steps = 5\nsft_warmup_all_data = "data/chatty.jsonl"\n')
+    cfg = load_config(config)
+    assert cfg.sft_warmup_all_data == str(tmp_path / "data" / "chatty.jsonl")
+    mix, content, whole = expert_sets(cfg, SimpleNamespace(mix=None), tok)
+    assert mix == [] and len(content) == 512 and len(whole) == 3
+    assert all("The value of" in trained_text(tok, row) for row in whole)
+    assert not any("The value of" in trained_text(tok, row) for row in content)
+
+    # switching the markup phase off (vf-train --sft_warmup_all_steps 0) leaves its file unread
+    off = load_config(config, {"sft_warmup_all_steps": 0, "sft_warmup_all_data": str(tmp_path / "nope.jsonl")})
+    assert len(expert_sets(off, SimpleNamespace(mix=None), tok)[1]) == 512
+    missing = load_config(None, {"expert_data": str(EXPERT), "sft_warmup_all_steps": 5,
+                                 "sft_warmup_all_data": str(tmp_path / "nope.jsonl")})
+    with pytest.raises(ConfigError, match=r"sft_warmup_all_data .*nope\.jsonl does not exist"):
+        expert_sets(missing, SimpleNamespace(mix=None), tok)
+
+
 def test_ctrl_c_during_the_warmup_exits_130_with_one_line(tmp_path: Path, vf_train: list[str],
                                                           subprocess_env: dict[str, str]) -> None:
     import signal

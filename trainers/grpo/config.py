@@ -79,6 +79,10 @@ class TrainConfig(BaseModel):
     sft_warmup_all_steps: int = Field(
         0, ge=0, description="then this many SFT steps on every assistant token of expert_data (the markup too), "
         "before the first RL step: the copies first, then the markup (docs/training.md)")
+    sft_warmup_all_data: str | None = Field(
+        None, description="jsonl of chat rows for the sft_warmup_all_steps phase instead of expert_data: e.g. "
+        "copies learned from clean episodes, then the markup and style of another expert's (unused when "
+        "sft_warmup_all_steps is 0)")
     sft_warmup_batch_size: int = Field(32, ge=1, description="expert rows per warm-up step")
     sft_warmup_learning_rate: float | None = Field(None, gt=0, description="warm-up learning rate (default: learning_rate)")
 
@@ -299,8 +303,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
         data = load_toml(path, missing="config file {path} does not exist (examples: examples/configs/*.toml)")
     if overrides:
         data = merge(data, overrides if isinstance(overrides, dict) else parse_overrides(overrides))
-    if path is not None and isinstance(data.get("expert_data"), str):
-        data["expert_data"] = resolve_data_path(data["expert_data"], Path(path), "expert_data")
+    for key in ("expert_data", "sft_warmup_all_data"):
+        if path is not None and isinstance(data.get(key), str):
+            data[key] = resolve_data_path(data[key], Path(path), key)
     return validate(TrainConfig, data, "training config", docs="docs/training.md")
 
 

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import verifiers as vf
-from agent_lookup.expert import expert_rows, expert_script, program_tools
+from agent_lookup.expert import chatty_rows, expert_rows, expert_script, program_tools
 from agent_lookup.rewards import correct_answer, model_calls, right_key_called, tool_call_ran
 
 __all__ = [
     "PROGRAM",
+    "chatty_rows",
     "correct_answer",
     "expert_rows",
     "expert_script",

@@ -13,12 +13,17 @@ and returns the ``{"messages", "tools"}`` rows the trainer's ``expert_data`` rea
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterable
 from typing import Any
 
 from verifiers.testing import ScriptedReply, ScriptedToolCall, ServerScript
 
-__all__ = ["expert_rows", "expert_script", "program_tools"]
+__all__ = ["CHATTY_ANSWER", "chatty_rows", "expert_rows", "expert_script", "program_tools"]
+
+CHATTY_ANSWER = "The value of {key} is {value}."
+"""How `chatty_rows`' weaker expert words its answer: the value inside a sentence, as an instruct model
+would write it; the program prints it as it is and `correct_answer` (exactly the value) scores it 0."""
 
 
 def expert_script(keys: str = "ABDEFGHJ") -> ServerScript:
@@ -61,3 +66,30 @@ def expert_rows(results: Iterable[Any], tools: list[dict[str, Any]] | None = Non
                              f"got {type(prompt).__name__} / {type(completion).__name__}")
         rows.append({"messages": [*prompt, *completion], "tools": tools})
     return rows
+
+
+def chatty_rows(rows: Iterable[dict[str, Any]], share: float, seed: int = 0,
+                template: str = CHATTY_ANSWER) -> list[dict[str, Any]]:
+    """A weaker, chatty expert's episodes: a seeded ``share`` of ``rows`` answer with ``template``
+    (``{key}``, ``{value}``) in place of the bare value.
+
+    Why: it makes a warm-up that learns everything the task needs (the call, the key, copying the
+    tool's reply) yet scores about ``1 - share`` at the end, because the program prints the chatty
+    sentence as it is and the grader wants the value alone. What is left for RL through the program
+    is one choice the expert rows cannot settle, which `examples/configs/agent_program_rl.toml` measures.
+    Each row must be an `expert_rows` row: user, tool call, tool result, answer.
+    """
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be between 0 and 1, got {share}")
+    rng = random.Random(seed)
+    out = []
+    for row in rows:
+        messages = [dict(m) for m in row["messages"]]
+        answer = messages[-1]
+        if answer.get("role") != "assistant" or answer.get("tool_calls"):
+            raise ValueError("chatty_rows needs rows that end on the assistant's answer (expert_rows' rows)")
+        if rng.random() < share:
+            key = json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])["key"]
+            answer["content"] = template.format(key=key, value=answer["content"])
+        out.append({**row, "messages": messages})
+    return out

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from agent_lookup import (
     PROGRAM,
+    chatty_rows,
     correct_answer,
     expert_rows,
     expert_script,
@@ -129,3 +130,33 @@ def test_expert_rows_keep_only_correct_finished_episodes() -> None:
     assert row == {"messages": [*prompt, *ok["completion"]], "tools": tools}
     with pytest.raises(ValueError, match="chat results"):
         expert_rows([{**ok, "prompt": "look up A"}], tools=tools)
+
+
+def test_chatty_rows_wrap_a_seeded_share_of_answers_which_the_grader_then_refuses() -> None:
+    rows = [{"messages": [{"role": "user", "content": f"look up {k}"}, *episode(k, f"{i:02d}", f"{i:02d}")],
+             "tools": []} for i, k in enumerate(KEYS * 25)]
+    out = chatty_rows(rows, 0.75, seed=3)
+    chatty = [r for r in out if r["messages"][-1]["content"].startswith("The value of")]
+    assert 0.6 < len(chatty) / len(rows) < 0.9
+    for before, after in zip(rows, out, strict=True):
+        key, value = before["messages"][1]["tool_calls"][0]["function"]["arguments"], before["messages"][-1]["content"]
+        text = after["messages"][-1]["content"]
+        assert text in (value, f"The value of {json.loads(key)['key']} is {value}.")
+        assert after["messages"][:-1] == before["messages"][:-1]
+        # the program prints the answer as it is: a chatty one is not the value
+        assert correct_answer({"agent": {"stdout": text + "\n"}}, value) == float(text == value)
+    assert rows[0]["messages"][-1]["content"] == "00"  # the input rows are left as they were
+    assert chatty_rows(rows, 0.75, seed=3) == out and chatty_rows(rows, 0.75, seed=4) != out
+    assert chatty_rows(rows, 0.0) == rows
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        chatty_rows(rows, 1.5)
+    with pytest.raises(ValueError, match="end on the assistant's answer"):
+        chatty_rows([{"messages": rows[0]["messages"][:-1]}], 0.5)
+
+
+def test_the_shipped_chatty_expert_file_is_the_expert_file_made_chatty() -> None:
+    """agent_program_rl.toml's warm-up data is reproducible: make_agent_lookup_expert.py --chatty 0.75."""
+    data = ROOT / "examples" / "data"
+    expert = [json.loads(line) for line in (data / "agent_lookup_expert.jsonl").read_text().splitlines()]
+    shipped = [json.loads(line) for line in (data / "agent_lookup_chatty.jsonl").read_text().splitlines()]
+    assert shipped == chatty_rows(expert, 0.75, seed=0)

@@ -44,20 +44,24 @@ def _training_rows(env: Any, tokenizer: Any, max_prompt_len: int | None,
 
 def expert_sets(cfg: Any, preset: Any, tokenizer: Any) -> tuple[list[TrainRow], list[TrainRow], list[TrainRow]]:
     """The expert file's rows for a run: MIX's SFT half (every assistant token), the first warm-up
-    phase (``sft_warmup_tokens``) and the second (every token); each empty when the run has no use for it."""
-    def rows(wanted: bool, tokens: Literal["all", "content"]) -> list[TrainRow]:
-        return load_expert(cfg.expert_data, tokenizer, cfg.max_seq_len, tokens) if wanted else []
+    phase (``sft_warmup_tokens``) and the second (every token, of ``sft_warmup_all_data`` where set); each empty when the run has no use for it."""
+    def rows(wanted: bool, tokens: Literal["all", "content"], data: str | None = None) -> list[TrainRow]:
+        if not wanted:
+            return []
+        key = "sft_warmup_all_data" if data else "expert_data"
+        return load_expert(data or cfg.expert_data, tokenizer, cfg.max_seq_len, tokens, key)
 
     return (rows(preset.mix is not None, "all"), rows(bool(cfg.sft_warmup_steps), cfg.sft_warmup_tokens),
-            rows(bool(cfg.sft_warmup_all_steps), "all"))
+            rows(bool(cfg.sft_warmup_all_steps), "all", cfg.sft_warmup_all_data))
 
 
 def load_expert(expert_data: str | None, tokenizer: Any, max_seq_len: int,
-                tokens: Literal["all", "content"] = "all") -> list[TrainRow]:
-    """The expert file's conversations as training rows (``tokens``: which assistant tokens train)."""
+                tokens: Literal["all", "content"] = "all", key: str = "expert_data") -> list[TrainRow]:
+    """The expert file's conversations as training rows (``tokens``: which assistant tokens train;
+    ``key``: the config key that named the file, for the errors)."""
     path = Path(expert_data or "")
     if not path.is_file():
-        raise ConfigError(f"expert_data {path} does not exist")
+        raise ConfigError(f"{key} {path} does not exist")
     convs, tools = [], []
     for i, line in enumerate(path.read_text().splitlines()):
         if not line.strip():
