@@ -177,6 +177,7 @@ def test_the_markup_phase_follows_the_content_phase(tmp_path: Path) -> None:
             "model": "tiny", "tiny_model": {"hidden_size": 32, "tool_format": "signature"},
             "env_id": "key-lookup", "env_args": {"digits": 2, "num_train_examples": 8, "num_eval_examples": 0},
             "expert_data": str(EXPERT), "sft_warmup_steps": 6, "sft_warmup_all_steps": 4,
+            "sft_warmup_all_data": str(EXPERT),  # named in the phase's line
             "sft_warmup_batch_size": 4, "learning_rate": 1e-4, "output_dir": str(tmp_path / "run"),
             "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2, "max_steps": 1, "max_tokens": 8,
             "progress": False, "plot": False, "save_every": 0, "num_sample_completions": 0, "torch_threads": 1,
@@ -191,7 +192,8 @@ def test_the_markup_phase_follows_the_content_phase(tmp_path: Path) -> None:
     assert [r["trained"] for r in log] == ["content"] * 6 + ["all"] * 4
     assert all(r["tokens"] == 4 * 3 for r in log[:6]) and all(r["tokens"] > 4 * 40 for r in log[6:])
     text = out.getvalue()
-    assert "6 steps on 1024 expert rows (content)" in text and "4 steps on 1024 expert rows (all" in text
+    assert "6 steps on 1024 expert rows (content)" in text
+    assert "4 steps on 1024 expert rows from key_lookup_expert.jsonl (all" in text
     assert text.index("(all assistant tokens)") < text.index("sft warm-up done") < text.index("step 1/1")
 
 

@@ -44,7 +44,8 @@ def _training_rows(env: Any, tokenizer: Any, max_prompt_len: int | None,
 
 def expert_sets(cfg: Any, preset: Any, tokenizer: Any) -> tuple[list[TrainRow], list[TrainRow], list[TrainRow]]:
     """The expert file's rows for a run: MIX's SFT half (every assistant token), the first warm-up
-    phase (``sft_warmup_tokens``) and the second (every token, of ``sft_warmup_all_data`` where set); each empty when the run has no use for it."""
+    phase (``sft_warmup_tokens``) and the second (every token, of ``sft_warmup_all_data`` where set);
+    each empty when the run has no use for it."""
     def rows(wanted: bool, tokens: Literal["all", "content"], data: str | None = None) -> list[TrainRow]:
         if not wanted:
             return []

@@ -114,14 +114,15 @@ def progress_line(step: int, steps: int, loss: float, elapsed_s: float, offset: 
 
 def policy_warmup(policy: Policy, cfg: Any, rows: Sequence[TrainRow], *, updating: Callable[[], Any],
                   out: Path, print_line: Callable[[str], None], steps: int | None = None,
-                  tokens: str | None = None, step_offset: int = 0) -> dict[str, float]:
+                  tokens: str | None = None, step_offset: int = 0, source: str = "") -> dict[str, float]:
     """`run_sft_warmup` on the run's policy and optimizer (the caller then syncs the weights); ``steps``
-    and ``tokens`` default to the config's first phase (``sft_warmup_steps``, ``sft_warmup_tokens``)."""
+    and ``tokens`` default to the config's first phase (``sft_warmup_steps``, ``sft_warmup_tokens``);
+    ``source`` names the rows' file where it is not ``expert_data``."""
     dist = policy.dist
     steps = cfg.sft_warmup_steps if steps is None else steps
     tokens = cfg.sft_warmup_tokens if tokens is None else tokens
     what = "content" if tokens == "content" else "all assistant tokens"
-    print_line(f"sft warm-up: {steps} steps on {len(rows)} expert rows ({what})")
+    print_line(f"sft warm-up: {steps} steps on {len(rows)} expert rows{f' from {source}' if source else ''} ({what})")
     return run_sft_warmup(
         model=policy.model, optimizer=policy.optimizer, params=policy.params, rows=rows,
         steps=steps, batch_size=cfg.sft_warmup_batch_size,
@@ -141,12 +142,14 @@ def warmup_phases(policy: Policy, cfg: Any, content_rows: Sequence[TrainRow], al
     """The run's SFT warm-up: ``sft_warmup_steps`` on ``content_rows`` (``sft_warmup_tokens``), then
     ``sft_warmup_all_steps`` on every assistant token of ``all_rows``; the last phase's summary with
     the phases' total time (the caller then syncs the weights)."""
-    phases = [(content_rows, cfg.sft_warmup_steps, cfg.sft_warmup_tokens), (all_rows, cfg.sft_warmup_all_steps, "all")]
+    all_source = Path(cfg.sft_warmup_all_data).name if cfg.sft_warmup_all_data else ""
+    phases = [(content_rows, cfg.sft_warmup_steps, cfg.sft_warmup_tokens, ""),
+              (all_rows, cfg.sft_warmup_all_steps, "all", all_source)]
     done, seconds, summary = 0, 0.0, {}
-    for rows, steps, tokens in phases:
+    for rows, steps, tokens, source in phases:
         if steps:
             summary = policy_warmup(policy, cfg, rows, updating=updating, out=out, print_line=print_line,
-                                    steps=steps, tokens=tokens, step_offset=done)
+                                    steps=steps, tokens=tokens, step_offset=done, source=source)
             done, seconds = done + steps, seconds + summary["warmup/time_s"]
     return {**summary, "warmup/time_s": seconds}
 
