@@ -82,7 +82,7 @@ EXCLUDED = {
 SLOW = {
     "agentic": "1,000 SFT + 500 MIX steps, 3-10 min a seed (benchmarks/agentic_learning.py)",
     "agent_program": "an agent program per rollout, minutes a seed (benchmarks/agent_learning.py)",
-    "agent_program_rl": "an agent program per rollout, ~8 min a seed (benchmarks/agent_learning.py --config)",
+    "agent_program_rl": "an agent program per rollout, ~9 min a seed (benchmarks/agent_learning.py --config)",
 }
 QUIET = ["--progress", "false", "--plot", "false", "--num_sample_completions", "0", "--save_every", "0",
          "--report_to", '["jsonl"]']

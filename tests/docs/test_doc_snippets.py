@@ -110,7 +110,7 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (AGENTS, "learning-through-a-program#1"): Skip("long", "about 7 min of training on 2 cores: measured by "
                                                    "benchmarks/agent_learning.py; tests/trainers/"
                                                    "test_agent_program_rows.py runs 2 steps of it"),
-    (AGENTS, "learning-through-a-program#2"): Skip("long", "about 8 min of training on 2 cores: it is the "
+    (AGENTS, "learning-through-a-program#2"): Skip("long", "about 9 min of training on 2 cores: it is the "
                                                    "benchmark (agent_program_rl.toml), measured per seed in the doc"),
     (AGENTS, "a-real-model-through-a-program#1"): Skip("long", "starts vf-serve on the real model (a 93 MB download "
                                                          "once) for a 40-rollout eval: its program and token-in "

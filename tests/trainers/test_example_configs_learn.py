@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # agentic is measured by benchmarks/agentic_learning.py (minutes per run); agent_program starts an agent
 # program per rollout after a 700-step warm-up that already solves the task (benchmarks/agent_learning.py;
 # its rows are tested in test_agent_program_rows.py, its warm-up phases in test_sft_warmup.py);
-# agent_program_rl runs the program for 24 RL steps of 16 rollouts after a 1,000-step warm-up, about 8 min
+# agent_program_rl runs the program for 24 RL steps of 16 rollouts after a 1,400-step warm-up, about 9 min
 # on 2 cores (benchmarks/agent_learning.py --config examples/configs/agent_program_rl.toml).
 # lora_kl runs its whole shipped budget below instead (it claims a final reward, not only a rise).
 # arithmetic_smollm2 trains a real 135M model for about 20 minutes (benchmarks/real_model.py --train; its
