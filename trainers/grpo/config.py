@@ -58,6 +58,12 @@ class TrainConfig(BaseModel):
                        "name (vf-model list), a Hugging Face model id (fetched into its cache), or 'tiny' to build one "
                        "(tiny_model)")
     tiny_model: TinyModelConfig = Field(default_factory=TinyModelConfig)
+    chat_template: str | None = Field(
+        None, description="chat template for every prompt the run renders (the learner's, the embedded engine's, "
+        "vLLM's): a file, Jinja text or a shipped name (chatml-tools); default: the model's own, or a registry "
+        "model's shipped tool template (vf-model list)")
+    tool_call_parser: str = Field(
+        "hermes", description="how tool calls are read from sampled text, by vLLM's name (supported: hermes)")
     env_id: str = "reverse-text"
     env_args: dict[str, Any] = Field(default_factory=dict)
     output_dir: str = "outputs/train/run"
@@ -217,6 +223,15 @@ class TrainConfig(BaseModel):
     def _split_reporters(cls, v: Any) -> Any:
         if isinstance(v, str):  # --report_to tensorboard, report_to = "jsonl,wandb"
             return [r.strip() for r in v.split(",") if r.strip()]
+        return v
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_parser(cls, v: str) -> str:
+        from verifiers.models.chat_templates import TOOL_CALL_PARSERS
+
+        if v not in TOOL_CALL_PARSERS:
+            raise ValueError(f"tool_call_parser {v!r} is not supported; supported: {', '.join(TOOL_CALL_PARSERS)}")
         return v
 
     @field_validator("base_url", mode="before")

@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "list":
         rows = [(e.name, e.parameters, e.quantization, e.license, f"{e.package}=={e.version} ({e.wheel_mb} MB)",
-                 cached_state(e)) for e in list_models()]
-        head = ("NAME", "PARAMS", "GGUF", "LICENSE", "SHIPPED IN", "CACHED")
+                 e.tools_label(), cached_state(e)) for e in list_models()]
+        head = ("NAME", "PARAMS", "GGUF", "LICENSE", "SHIPPED IN", "TOOL TEMPLATE", "CACHED")
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         for row in [head, *rows]:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

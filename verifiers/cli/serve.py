@@ -23,6 +23,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="vf-serve", description="Serve a transformers model over the OpenAI API.")
     ap.add_argument("model_dir", metavar="MODEL",
                     help="directory written by save_pretrained (e.g. by vf-tiny), or a Hugging Face model id")
+    ap.add_argument("--chat-template", default=None, metavar="FILE|NAME",
+                    help="Jinja chat template to render prompts with instead of the model's own: a file, Jinja text "
+                         "or a shipped template (chatml-tools: Hermes-style tools in ChatML). Default: the model's own, "
+                         "or for a registry model its shipped tool template (vf-model list)")
+    ap.add_argument("--tool-call-parser", default="hermes", metavar="NAME",
+                    help="how tool calls are read from the model's text, as vLLM names it; supported: hermes "
+                         "(<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, the default)")
     ap.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--served-model-name", nargs="+", default=None,
@@ -85,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from verifiers.inference.engine.loading import check_model_dir
+    from verifiers.models.chat_templates import check_tool_call_parser, resolve_chat_template
     from verifiers.models.source import resolve_model
 
     problem = _check_limits(args)
@@ -94,6 +102,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:  # before importing torch, so a typo in the path fails at once
         model_dir = resolve_model(args.model_dir, log=lambda line: print(f"vf-serve: {line}", file=sys.stderr))
         check_model_dir(model_dir, args.dtype)
+        check_tool_call_parser(args.tool_call_parser)
+        template, origin = resolve_chat_template(args.model_dir, args.chat_template)
     except ConfigError as exc:
         print(f"vf-serve: {exc}", file=sys.stderr)
         return 2
@@ -105,11 +115,13 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"vf-serve: {exc}", file=sys.stderr)
         return 2
+    if origin is not None:
+        print(f"vf-serve: chat template: {origin}", file=sys.stderr)
     with sock:
-        return _load_and_serve(args, model_dir, sock)
+        return _load_and_serve(args, model_dir, sock, template)
 
 
-def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.socket) -> int:
+def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.socket, template: str | None) -> int:
     import uvicorn
     from transformers.utils import logging as hf_logging
 
@@ -126,7 +138,7 @@ def _load_and_serve(args: argparse.Namespace, model_dir: Path, sock: socket.sock
             model_dir, dtype=args.dtype, device=args.device, max_batch_size=args.max_batch_size,
             max_model_len=args.max_model_len, seed=args.seed, logprobs_mode=args.logprobs_mode,
             max_kv_tokens=args.max_kv_tokens, max_prefill_tokens=args.max_prefill_tokens,
-            fast_decode=not args.no_fast_decode,
+            fast_decode=not args.no_fast_decode, chat_template=template,
         )
         threads = cpu_threads(args.threads, args.device, sum(p.numel() for p in engine.model.parameters()))
         if threads is not None:  # before the engine's thread runs its first step

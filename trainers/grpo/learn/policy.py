@@ -148,11 +148,15 @@ def build_policy(cfg: Any, preset: AlgorithmPreset, model_path: str, dist: Dist)
     """Load the model (float32 by default), add the reference copy or LoRA, AdamW and the schedule."""
     from trainers.grpo.learn.fsdp import whole_loading
     from verifiers.inference.engine.loading import load_model_and_tokenizer
+    from verifiers.models.chat_templates import resolve_chat_template, use_chat_template
 
     # float32 by default whatever the checkpoint holds: Adam updates of a 16-bit weight
     # round away unless they exceed half its last bit (see docs/training.md, "Precision").
     with whole_loading():  # under FSDP every rank needs the whole weights (see `whole_loading`)
         model, tokenizer = load_model_and_tokenizer(model_path, dtype=cfg.dtype)
+    # the chat template every prompt of the run is rendered with (the engine shares this tokenizer)
+    use_chat_template(tokenizer, resolve_chat_template(model_path if cfg.model == "tiny" else cfg.model,
+                                                       cfg.chat_template)[0])
     model.eval()  # no dropout: the sampler and the learner must see the same function
     fsdp = fsdp_settings(cfg, dist)
     ref_model = None

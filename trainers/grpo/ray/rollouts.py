@@ -89,6 +89,9 @@ class WorkerSpec:
     tokenizer_path: str | None = None
     """The policy's tokenizer, for environments that take one (`Environment.use_tokenizer`: an
     agent program's calls continue earlier calls token-exactly); skipped where the path is absent."""
+    chat_template: str | None = None
+    """The run's chat template (vf-train's ``chat_template`` or the registry's tool template), set on
+    that tokenizer; None keeps its own."""
     targets: list[ChatTarget] = field(default_factory=list)
     """External inference servers (vLLM replicas, a vf-serve) the workers call directly, with group
     affinity over several; empty: the trainer's embedded engine at ``base_url``."""
@@ -105,7 +108,10 @@ class RolloutWorker:
         if spec.tokenizer_path and os.path.isdir(spec.tokenizer_path):
             from transformers import AutoTokenizer
 
-            self.env.use_tokenizer(AutoTokenizer.from_pretrained(spec.tokenizer_path))
+            from verifiers.models.chat_templates import use_chat_template
+
+            tokenizer = AutoTokenizer.from_pretrained(spec.tokenizer_path)
+            self.env.use_tokenizer(use_chat_template(tokenizer, spec.chat_template))
         if spec.targets:  # the servers the trainer syncs; one conversation stays on one replica
             self.client = make_chat_client(spec.targets, balance="affinity", timeout=spec.request_timeout_s)
         else:
@@ -311,6 +317,7 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
     import os
 
     from trainers.grpo.ray.cluster import init_ray
+    from verifiers.models.chat_templates import resolve_chat_template
 
     rc = cfg.ray
     # The workers import the environment by name: they must find what this process finds.
@@ -330,7 +337,7 @@ def start_ray_rollouts(cfg: Any, env: Environment, rows: Sequence[dict[str, Any]
                           model_name=cfg.server_model_name, sampling_args=sampling_args,
                           max_concurrent=cfg.max_concurrent, rollout_timeout_s=cfg.rollout_timeout_s,
                           put_timeout_s=rc.put_timeout_s, api_key=key, tokenizer_path=tokenizer_path,
-                          targets=list(targets))
+                          chat_template=resolve_chat_template(cfg.model, cfg.chat_template)[0], targets=list(targets))
         generator = RayBatchGenerator(
             env, rows, spec=spec, store=store, num_workers=rc.num_workers, worker_num_cpus=rc.worker_num_cpus,
             max_worker_restarts=rc.max_worker_restarts, prompts_per_step=cfg.prompts_per_step,

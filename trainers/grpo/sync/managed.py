@@ -37,11 +37,14 @@ class ManagedServers:
 
     def _start(self, cfg: Any, model_path: str, out: Path, log: Callable[[str], None]) -> list[str]:
         from verifiers.inference.vllm.server import VLLMServerSpec, start_servers
+        from verifiers.models.chat_templates import vllm_chat_template
 
         v = cfg.vllm
         if v.cpu_cores is not None and len(v.cpu_cores) != v.num_servers:
             raise ConfigError(f"vllm.cpu_cores has {len(v.cpu_cores)} entries for {v.num_servers} servers")
+        template = vllm_chat_template(cfg.model, cfg.chat_template)  # the learner's tokenizer renders the same
         specs = [VLLMServerSpec(model_dir=model_path, served_model_name=cfg.server_model_name,
+                                chat_template=template, tool_call_parser=cfg.tool_call_parser,
                                 kv_cache_gib=v.kv_cache_gib, cpu_cores=v.cpu_cores[i] if v.cpu_cores else None,
                                 enable_lora=cfg.weight_sync == "lora", max_lora_rank=max(16, cfg.lora_r),
                                 extra_args=list(v.extra_args))

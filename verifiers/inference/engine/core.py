@@ -129,14 +129,23 @@ class InferenceEngine:
 
     # -- construction ----------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu", **kw: Any) -> InferenceEngine:
-        """An engine on ``path``: a saved directory, a .gguf file, a registry name or a hub id (`resolve_model`)."""
+    def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu",
+                        chat_template: str | None = None, **kw: Any) -> InferenceEngine:
+        """An engine on ``path``: a saved directory, a .gguf file, a registry name or a hub id (`resolve_model`).
+
+        ``chat_template`` (a file, a shipped name or Jinja text) replaces the tokenizer's; without
+        it a registry model's shipped tool template is used (`verifiers.models.chat_templates`).
+        """
         from verifiers.inference.engine.attention import use_gqa_attention
         from verifiers.inference.engine.loading import load_model_and_tokenizer
+        from verifiers.models.chat_templates import resolve_chat_template, use_chat_template
         from verifiers.models.source import resolve_model
 
         # a directory, a .gguf file (converted once), a registry name or a hub id
-        model, tok = load_model_and_tokenizer(resolve_model(str(path)), dtype=dtype, device=device)
+        model_dir = resolve_model(str(path))
+        template, _ = resolve_chat_template(path, chat_template)
+        model, tok = load_model_and_tokenizer(model_dir, dtype=dtype, device=device)
+        use_chat_template(tok, template)
         use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
         return cls(model, tok, **kw)
 

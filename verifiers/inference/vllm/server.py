@@ -106,6 +106,8 @@ class VLLMServerSpec:
     enable_lora: bool = False
     max_lora_rank: int = 16
     weight_transfer: str | None = None  # default: "nccl" on a GPU, none on CPU
+    chat_template: str | None = None  # --chat-template: a file or Jinja text (default: the model's own)
+    tool_call_parser: str | None = None  # --enable-auto-tool-choice --tool-call-parser NAME (None: no tool parsing)
     extra_args: list[str] = field(default_factory=list)
 
     def resolved_device(self) -> str:
@@ -140,6 +142,10 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
         argv += ["--weight-transfer-config", json.dumps({"backend": transfer})]
     if spec.enable_lora:
         argv += ["--enable-lora", "--max-lora-rank", str(spec.max_lora_rank)]
+    if spec.chat_template is not None:
+        argv += ["--chat-template", spec.chat_template]
+    if spec.tool_call_parser is not None:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
     argv += list(spec.extra_args)
     env = dict(os.environ)
     env["VLLM_SERVER_DEV_MODE"] = "1"

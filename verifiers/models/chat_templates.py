@@ -1,0 +1,113 @@
+"""Chat templates chosen at serve or train time: a file, a template shipped here, or a model's own.
+
+Some instruct models' templates drop ``tools`` (SmolLM2's renders the chat as if none were
+offered), so the model never sees a schema and no tool call can happen. vLLM's answer is
+``--chat-template FILE`` plus ``--tool-call-parser NAME``; ours takes the same two options
+(`vf-serve`, `vf-vllm`, vf-train's ``chat_template`` and ``tool_call_parser``) with the same
+meaning, and a registry entry may name a shipped template as its tool template, used when no
+option is given. Every backend sets the chosen text as the tokenizer's ``chat_template``, so the
+trainer, the embedded engine and vLLM render the same prompt ids.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from verifiers.errors import ConfigError
+
+SHIPPED: dict[str, str] = {"chatml-tools": "chatml_tools.jinja"}
+"""Templates written here, by the name a flag or config uses."""
+
+TOOL_CALL_PARSERS = ("hermes",)
+"""Tool-call formats the embedded server parses (vLLM's names): ``<tool_call>{json}</tool_call>``."""
+
+
+def shipped_path(name: str) -> Path:
+    """The file of the shipped template ``name`` (a real path, so vLLM can be handed it)."""
+    if name not in SHIPPED:
+        raise ConfigError(f"no shipped chat template {name!r}; shipped: {', '.join(sorted(SHIPPED))}")
+    return Path(str(resources.files("verifiers.models") / "templates" / SHIPPED[name]))
+
+
+def load_chat_template(spec: str) -> str:
+    """The Jinja text ``spec`` names: a shipped template's name, a file, or the template itself.
+
+    vLLM's ``--chat-template`` also takes the template inline; a string holding ``{{`` or ``{%``
+    is taken as one.
+    """
+    if spec in SHIPPED:
+        return shipped_path(spec).read_text()
+    path = Path(spec).expanduser()
+    if path.is_file():
+        text = path.read_text()
+        if "{{" not in text and "{%" not in text:
+            raise ConfigError(f"chat template file {path} holds no Jinja ({{{{ or {{%}}: pass a Jinja chat template")
+        return text
+    if "{{" in spec or "{%" in spec:
+        return spec
+    raise ConfigError(f"chat template {spec!r} is neither a file, a Jinja template nor a shipped template "
+                      f"({', '.join(sorted(SHIPPED))})")
+
+
+def template_file(spec: str) -> Path | None:
+    """A path that holds ``spec``'s template, for programs that take a file (vLLM); None for inline text."""
+    if spec in SHIPPED:
+        return shipped_path(spec)
+    path = Path(spec).expanduser()
+    return path if path.is_file() else None
+
+
+def vllm_chat_template(model: str | Path, explicit: str | None) -> str | None:
+    """What vLLM's ``--chat-template`` is given for ``model``: the explicit option as vLLM reads it (a
+    shipped name becomes its file), else the registry's tool template's file, else None."""
+    if explicit:
+        load_chat_template(explicit)  # an unknown name or a file without Jinja fails here, in our words
+        found = template_file(explicit)
+        return str(found) if found is not None else explicit
+    name = registry_template(model)
+    return str(shipped_path(name)) if name is not None else None
+
+
+def check_tool_call_parser(name: str) -> str:
+    if name not in TOOL_CALL_PARSERS:
+        raise ConfigError(f"tool call parser {name!r} is not supported; supported: {', '.join(TOOL_CALL_PARSERS)} "
+                          "(<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, as vLLM's hermes parser)")
+    return name
+
+
+def registry_template(model: str | Path) -> str | None:
+    """The shipped tool template of the registry model ``model`` names (its name or its converted
+    directory), or None: a model directory is recognised by the GGUF hash its conversion recorded."""
+    from verifiers.models.gguf import SOURCE_FILE
+    from verifiers.models.registry import KNOWN
+
+    entry = KNOWN.get(str(model))
+    if entry is None:
+        source = Path(str(model)).expanduser() / SOURCE_FILE
+        try:
+            digest = json.loads(source.read_text()).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            return None
+        entry = next((e for e in KNOWN.values() if e.gguf_sha256 == digest), None)
+    return entry.tool_template if entry is not None else None
+
+
+def resolve_chat_template(model: str | Path, explicit: str | None) -> tuple[str | None, str | None]:
+    """``(template text, where it came from)`` for ``model``: the explicit option, else the registry
+    entry's tool template, else ``(None, None)`` (the tokenizer's own template is kept)."""
+    if explicit:
+        return load_chat_template(explicit), explicit
+    name = registry_template(model)
+    if name is None:
+        return None, None
+    return load_chat_template(name), f"{name} (the registry's tool template for this model)"
+
+
+def use_chat_template(tokenizer: Any, template: str | None) -> Any:
+    """Set ``template`` as the tokenizer's chat template (None keeps its own); returns the tokenizer."""
+    if template is not None:
+        tokenizer.chat_template = template
+    return tokenizer
