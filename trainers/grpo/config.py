@@ -89,6 +89,9 @@ class TrainConfig(BaseModel):
         None, description="jsonl of chat rows for the sft_warmup_all_steps phase instead of expert_data: e.g. "
         "copies learned from clean episodes, then the markup and style of another expert's (unused when "
         "sft_warmup_all_steps is 0)")
+    save_warmup_model: bool = Field(
+        False, description="save the model as the SFT warm-up left it in output_dir/warmup_model (to measure what "
+        "RL added on top)")
     sft_warmup_batch_size: int = Field(32, ge=1, description="expert rows per warm-up step")
     sft_warmup_learning_rate: float | None = Field(None, gt=0, description="warm-up learning rate (default: learning_rate)")
 

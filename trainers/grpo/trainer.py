@@ -160,6 +160,10 @@ class GRPOTrainer:
                                 updating=self.sync.updating, out=self.out, print_line=self.show.print)
         self.sync.after_step(self.version)  # a server of its own (vLLM, vf-serve) gets the warmed-up weights
         self.show.print(warmup_done_line(summary))
+        if self.cfg.save_warmup_model:  # what the warm-up alone made, to evaluate apart from RL's share
+            if self.dist.is_main:
+                self.sync.save_final(self.policy.served(), self.tokenizer, self.out / "warmup_model")
+            self.dist.barrier()
 
     def _checkpoint(self, data_state: dict[str, Any] | None = None, *, together: bool = True) -> Path:
         """``data_state``: the one taken at the start of an unfinished step (see `Checkpointer.save`)."""

@@ -11,7 +11,9 @@ trainer, the embedded engine and vLLM render the same prompt ids.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -62,13 +64,25 @@ def template_file(spec: str) -> Path | None:
 
 def vllm_chat_template(model: str | Path, explicit: str | None) -> str | None:
     """What vLLM's ``--chat-template`` is given for ``model``: the explicit option as vLLM reads it (a
-    shipped name becomes its file), else the registry's tool template's file, else None."""
+    shipped name becomes its file), else the registry's tool template written to a file in the
+    model cache (the same text `resolve_chat_template` gives the other backends), else None."""
     if explicit:
         load_chat_template(explicit)  # an unknown name or a file without Jinja fails here, in our words
         found = template_file(explicit)
         return str(found) if found is not None else explicit
-    name = registry_template(model)
-    return str(shipped_path(name)) if name is not None else None
+    resolved = registry_template(model)
+    if resolved is None:
+        return None
+    from verifiers.models.cache import cache_root
+
+    text = resolved[0]
+    path = cache_root() / "templates" / f"{resolved[1]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jinja"
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)  # atomic: two servers starting at once never read half a file
+    return str(path)
 
 
 def check_tool_call_parser(name: str) -> str:
@@ -78,21 +92,32 @@ def check_tool_call_parser(name: str) -> str:
     return name
 
 
-def registry_template(model: str | Path) -> str | None:
-    """The shipped tool template of the registry model ``model`` names (its name or its converted
-    directory), or None: a model directory is recognised by the GGUF hash its conversion recorded."""
+def registry_entry(model: str | Path) -> Any:
+    """The registry entry ``model`` names (its name, or its converted directory, recognised by the
+    GGUF hash its conversion recorded), or None."""
     from verifiers.models.gguf import SOURCE_FILE
     from verifiers.models.registry import KNOWN
 
     entry = KNOWN.get(str(model))
-    if entry is None:
-        source = Path(str(model)).expanduser() / SOURCE_FILE
-        try:
-            digest = json.loads(source.read_text()).get("sha256")
-        except (OSError, ValueError, AttributeError):
-            return None
-        entry = next((e for e in KNOWN.values() if e.gguf_sha256 == digest), None)
-    return entry.tool_template if entry is not None else None
+    if entry is not None:
+        return entry
+    try:
+        digest = json.loads((Path(str(model)).expanduser() / SOURCE_FILE).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return next((e for e in KNOWN.values() if e.gguf_sha256 == digest), None)
+
+
+def registry_template(model: str | Path) -> tuple[str, str] | None:
+    """``(text, name)`` of the registry model's shipped tool template, with the entry's default
+    system message set in it; None when ``model`` is not a registry model or has no tool template."""
+    entry = registry_entry(model)
+    if entry is None or entry.tool_template is None:
+        return None
+    text = load_chat_template(entry.tool_template)
+    if entry.default_system is not None:
+        text = "{%- set default_system = " + json.dumps(entry.default_system) + " -%}\n" + text
+    return text, entry.tool_template
 
 
 def resolve_chat_template(model: str | Path, explicit: str | None) -> tuple[str | None, str | None]:
@@ -100,10 +125,10 @@ def resolve_chat_template(model: str | Path, explicit: str | None) -> tuple[str 
     entry's tool template, else ``(None, None)`` (the tokenizer's own template is kept)."""
     if explicit:
         return load_chat_template(explicit), explicit
-    name = registry_template(model)
-    if name is None:
+    found = registry_template(model)
+    if found is None:
         return None, None
-    return load_chat_template(name), f"{name} (the registry's tool template for this model)"
+    return found[0], f"{found[1]} (the registry's tool template for this model)"
 
 
 def use_chat_template(tokenizer: Any, template: str | None) -> Any:

@@ -42,6 +42,9 @@ class ModelEntry(BaseModel):
     tool_template: str | None = Field(
         None, description="a shipped chat template (verifiers.models.chat_templates) used instead of the model's "
         "own when that one drops tools; vf-serve, vf-vllm and vf-train pick it up unless given --chat-template")
+    default_system: str | None = Field(
+        None, description="the system message the model's own template writes when a chat has none; the tool "
+        "template writes it too, so chats without tools render as under the model's own template")
     native_tools: bool = Field(False, description="whether the model's own chat template renders tool schemas")
 
     def tools_label(self) -> str:
@@ -72,6 +75,7 @@ KNOWN: dict[str, ModelEntry] = {e.name: e for e in [
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         # its own template renders a chat as if no tools were offered (vf-serve warns: template_drops_tools)
         tool_template="chatml-tools",
+        default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face",
     ),
 ]}
 

@@ -7,6 +7,7 @@ ToolRubric reports how often the tool was used (weight 0: a metric, not a reward
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -14,12 +15,18 @@ import verifiers as vf
 from calculator.problems import TEMPLATES, make_examples
 from calculator.safe_eval import format_number, safe_eval
 
-__all__ = ["SYSTEM_PROMPT", "TEMPLATES", "calculate", "load_environment", "make_examples", "safe_eval"]
+__all__ = [
+    "expert_episode",
+    "expert_episodes",
+   "NO_TOOL_PROMPT", "SYSTEM_PROMPT", "TEMPLATES", "calculate", "load_environment", "make_examples", "safe_eval"]
 
 SYSTEM_PROMPT = (
     "Solve the problem. You have a calculator tool, `calculate`, for arithmetic; use it instead of "
     "working out large products in your head. When you are done, give the final answer as a "
     "number inside \\boxed{}, e.g. \\boxed{1234}."
+)
+NO_TOOL_PROMPT = (
+    "Solve the problem. Give the final answer as a number inside \\boxed{}, e.g. \\boxed{1234}."
 )
 
 
@@ -35,12 +42,42 @@ def calculate(expression: str) -> str:
     return format_number(safe_eval(expression))
 
 
+def expert_episode(row: dict[str, Any], tools: list[dict[str, Any]], call_id: str = "call_0") -> dict[str, Any]:
+    """A correct episode for one of the environment's rows, as a chat row for vf-train's ``expert_data``:
+    one ``calculate`` call with the problem's reference expression, the tool's result, the boxed answer.
+
+    The result is the tool's own output (so the episode is exactly what a rollout would see), and it
+    must equal the row's answer: a reference expression that disagrees is a bug, not a demonstration.
+    """
+    solution = row["info"]["solution"]
+    result = calculate(solution)
+    if result != row["answer"]:
+        raise ValueError(f"reference {solution!r} gives {result}, not the answer {row['answer']}")
+    call = {"id": call_id, "type": "function",
+            "function": {"name": "calculate", "arguments": json.dumps({"expression": solution})}}
+    messages = [*row["prompt"], {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call_id, "content": result},
+                {"role": "assistant", "content": f"\\boxed{{{result}}}"}]
+    return {"messages": messages, "tools": tools}
+
+
+def expert_episodes(env: vf.Environment, n: int) -> list[dict[str, Any]]:
+    """Correct episodes for the first ``n`` rows of ``env``'s training split (a user's handful of
+    demonstrations; never the evaluation split)."""
+    rows = env.get_dataset().rows[:n]
+    if len(rows) < n:
+        raise ValueError(f"the training split has {len(rows)} rows, fewer than the {n} episodes asked for")
+    return [expert_episode(r, env.oai_tools or [], f"call_{i}") for i, r in enumerate(rows)]
+
+
 def load_environment(
     num_train_examples: int = 1000,
     num_eval_examples: int = 100,
     seed: int = 0,
     max_turns: int = 5,
-    system_prompt: str = SYSTEM_PROMPT,
+    system_prompt: str | None = None,
+    tools: bool = True,
+    kinds: list[str] | None = None,
     **kwargs: Any,
 ) -> vf.Environment:
     """Build the calculator environment.
@@ -50,7 +87,11 @@ def load_environment(
         num_eval_examples: Size of the evaluation split, disjoint from training (0: none).
         seed: Seed of the problem generator.
         max_turns: Most model turns per rollout (tool calls plus the final answer).
-        system_prompt: Instructions shown before each problem.
+        system_prompt: Instructions shown before each problem (default: `SYSTEM_PROMPT`, or
+            `NO_TOOL_PROMPT` without tools).
+        tools: False: the same problems and scoring with no tool offered (a single-turn
+            environment), to measure what the model does without the calculator.
+        kinds: Only these templates (names of `TEMPLATES`; default all).
         **kwargs: Passed on to ``vf.ToolEnv`` (e.g. ``tool_timeout_s``).
     """
     if num_train_examples < 0 or num_eval_examples < 0:
@@ -59,19 +100,28 @@ def load_environment(
         raise ValueError("ask for at least one training or evaluation example")
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    unknown = sorted(set(kinds or ()) - set(TEMPLATES))
+    if unknown or (kinds is not None and not kinds):
+        raise ValueError(f"unknown problem kinds {unknown or kinds}; choose from {', '.join(sorted(TEMPLATES))}")
     rng = random.Random(seed)
     seen: set[str] = set()
-    train = make_examples(num_train_examples, rng, seen)
-    evaluation = make_examples(num_eval_examples, rng, seen)
+    train = make_examples(num_train_examples, rng, seen, kinds)
+    evaluation = make_examples(num_eval_examples, rng, seen, kinds)
 
     math_rubric = vf.MathRubric()
+    if not tools:
+        return vf.SingleTurnEnv(
+            dataset=train or None, eval_dataset=evaluation or None,
+            system_prompt=system_prompt if system_prompt is not None else NO_TOOL_PROMPT,
+            parser=math_rubric.parser, rubric=math_rubric, **kwargs,
+        )
     rubric = vf.RubricGroup([math_rubric, vf.ToolRubric(tools=[calculate])])
     return vf.ToolEnv(
         tools=[calculate],
         max_turns=max_turns,
         dataset=train or None,
         eval_dataset=evaluation or None,
-        system_prompt=system_prompt,
+        system_prompt=system_prompt if system_prompt is not None else SYSTEM_PROMPT,
         parser=math_rubric.parser,
         rubric=rubric,
         **kwargs,

@@ -80,10 +80,12 @@ TEMPLATES: dict[str, Template] = {
 }
 
 
-def make_examples(n: int, rng: random.Random, exclude: set[str] | None = None) -> list[dict[str, Any]]:
-    """``n`` distinct problems cycling through the templates (none of them in ``exclude``, which is updated)."""
+def make_examples(n: int, rng: random.Random, exclude: set[str] | None = None,
+                  kinds: list[str] | None = None) -> list[dict[str, Any]]:
+    """``n`` distinct problems cycling through the templates (``kinds``, default all), none of them in
+    ``exclude`` (which is updated)."""
     seen = exclude if exclude is not None else set()
-    names = sorted(TEMPLATES)
+    names = sorted(kinds or TEMPLATES)
     rows: list[dict[str, Any]] = []
     while len(rows) < n:
         kind = names[len(rows) % len(names)] if rng.random() < 0.5 else rng.choice(names)

@@ -23,7 +23,7 @@ from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import ConfigError
 
 MARKER = ".vf-train-run"
-RUN_ENTRIES = ("metrics.jsonl", "config.json", "checkpoints", "final_model", "base_model", "curves.png",
+RUN_ENTRIES = ("metrics.jsonl", "config.json", "checkpoints", "final_model", "warmup_model", "base_model", "curves.png",
                "tensorboard", "vllm", MARKER)
 """What a run writes at the top of its directory (what ``--overwrite`` removes)."""
 _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json", "tokenizer.json")

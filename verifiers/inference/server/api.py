@@ -296,8 +296,9 @@ class EmbeddedAPI:
         self._tools_checked = True
         if template_drops_tools(self.engine.tokenizer):
             log.warning("the chat template of %s does not render `tools`: requests' tool schemas never reach "
-                        "the model. Serve a model whose template supports tools, or describe the tools in "
-                        "the messages (tool calls are still parsed from <tool_call> blocks)", self.names[0])
+                        "the model. Serve it with --chat-template chatml-tools (Hermes-style tools in ChatML) or "
+                        "another template that renders tools, or describe the tools in the messages (tool calls "
+                        "are still parsed from <tool_call> blocks)", self.names[0])
 
     def _parse_chat(self, body: Any) -> tuple[ChatRequest, list[int], Any, list[int], bool]:
         req: ChatRequest = self.parse(ChatRequest, body)
