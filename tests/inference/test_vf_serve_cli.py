@@ -172,3 +172,42 @@ def test_no_fast_decode_says_so_and_serves_the_same_tokens(tiny_dir: Path, procs
     assert "decoding with" not in logs[()]
     assert "vf-serve: decoding with transformers' forward (fast_decode is off)" in logs[("--no-fast-decode",)]
     assert answers[()] == answers[("--no-fast-decode",)] and len(answers[()]) == 12
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--tool-call-parser", "pythonic"], "vf-serve: tool call parser 'pythonic' is not supported"),
+    (["--chat-template", "no-such-template"], "vf-serve: chat template 'no-such-template' is neither a file"),
+])
+def test_bad_template_options_are_one_line_and_exit_2(tiny_dir: Path, flags: list[str], message: str) -> None:
+    done = subprocess.run([*SERVE, str(tiny_dir), "--port", "0", *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_chat_template_file_renders_the_prompt(tiny_dir: Path, procs: Any, tmp_path: Path) -> None:
+    """``--chat-template FILE`` replaces the model's template for every request, tools included."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{% for t in tools or [] %}T:{{ t.function.name }};{% endfor %}"
+                        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}>")
+    port = procs.free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*SERVE, str(tiny_dir), "--port", str(port), "--served-model-name", "tiny",
+                                 "--chat-template", str(template)], stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        text = _read_until(log, "serving tiny on", proc)
+        assert f"chat template: {template}" in text
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="EMPTY", max_retries=0, timeout=60)
+        tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+        try:
+            r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                               tools=[tool], max_tokens=1, temperature=0,
+                                               extra_body={"return_token_ids": True})
+        finally:
+            client.close()
+        from verifiers.inference.engine.loading import load_tokenizer
+
+        assert load_tokenizer(tiny_dir).decode(r.prompt_token_ids) == "T:add;<user>hi>"
+        assert "does not render `tools`" not in log.read_text()
+    finally:
+        procs.stop_process(proc)

@@ -253,3 +253,45 @@ def test_ctrl_c_during_the_warmup_exits_130_with_one_line(tmp_path: Path, vf_tra
     assert proc.returncode == 130, err
     assert "interrupted before the first RL step" in err and "Traceback" not in err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_warmed_up_model_is_saved_and_the_runs_chat_template_is_everywhere(tmp_path: Path) -> None:
+    """``save_warmup_model``: what the warm-up alone made, beside ``final_model``; ``chat_template``:
+    the learner's and the engine's tokenizer render with it, and the saved models carry it."""
+    import torch
+    from rich.console import Console
+
+    from trainers.grpo.trainer import GRPOTrainer
+    from verifiers.inference.engine.loading import load_tokenizer
+    from verifiers.models.tiny import chat_template
+
+    template = "{{ '#' }}" + chat_template("signature")  # the tiny template, every prompt opened by '#'
+    env_root = ROOT / "environments" / "key_lookup"
+    sys.path.insert(0, str(env_root))
+    threads = torch.get_num_threads()
+    try:
+        cfg = load_config(None, {
+            "model": "tiny", "tiny_model": {"hidden_size": 32, "tool_format": "signature"},
+            "env_id": "key-lookup", "env_args": {"digits": 2, "num_train_examples": 8, "num_eval_examples": 0},
+            "expert_data": str(EXPERT), "sft_warmup_steps": 3, "sft_warmup_batch_size": 4,
+            "sft_warmup_learning_rate": 1e-2, "save_warmup_model": True, "chat_template": template,
+            "output_dir": str(tmp_path / "run"), "prompts_per_step": 2, "num_generations": 2, "max_steps": 1,
+            "max_tokens": 8, "progress": False, "plot": False, "save_every": 0, "num_sample_completions": 0,
+            "torch_threads": 1,
+        })
+        trainer = GRPOTrainer(cfg, console=Console(file=io.StringIO(), width=200))
+        trainer.train()
+    finally:
+        sys.path.remove(str(env_root))
+        torch.set_num_threads(threads)
+    run = tmp_path / "run"
+    assert trainer.tokenizer.chat_template == template
+    first = trainer._last_groups[0][0]  # the engine rendered the rollout's prompt with the run's template
+    assert trainer.tokenizer.decode(first.tokens[0].prompt_ids).startswith("#")
+    for name in ("warmup_model", "final_model"):
+        assert load_tokenizer(run / name).chat_template == template
+    from safetensors.torch import load_file
+
+    warm, final = load_file(str(run / "warmup_model" / "model.safetensors")), load_file(
+        str(run / "final_model" / "model.safetensors"))
+    assert warm.keys() == final.keys() and any(not torch.equal(warm[k], final[k]) for k in warm)

@@ -34,49 +34,62 @@ def shipped_path(name: str) -> Path:
     return Path(str(resources.files("verifiers.models") / "templates" / SHIPPED[name]))
 
 
+def _inline(spec: str) -> bool:
+    return "{{" in spec or "{%" in spec
+
+
+def _file(spec: str) -> Path | None:
+    """``spec`` as an existing file, else None (a long inline template is not a path the OS can stat)."""
+    try:
+        path = Path(spec).expanduser()
+        return path if path.is_file() else None
+    except OSError:
+        return None
+
+
 def load_chat_template(spec: str) -> str:
-    """The Jinja text ``spec`` names: a shipped template's name, a file, or the template itself.
+    """The Jinja text ``spec`` names: a shipped template's name, the template itself, or a file.
 
     vLLM's ``--chat-template`` also takes the template inline; a string holding ``{{`` or ``{%``
     is taken as one.
     """
     if spec in SHIPPED:
         return shipped_path(spec).read_text()
-    path = Path(spec).expanduser()
-    if path.is_file():
-        text = path.read_text()
-        if "{{" not in text and "{%" not in text:
-            raise ConfigError(f"chat template file {path} holds no Jinja ({{{{ or {{%}}: pass a Jinja chat template")
-        return text
-    if "{{" in spec or "{%" in spec:
+    if _inline(spec):
         return spec
-    raise ConfigError(f"chat template {spec!r} is neither a file, a Jinja template nor a shipped template "
-                      f"({', '.join(sorted(SHIPPED))})")
+    path = _file(spec)
+    if path is None:
+        raise ConfigError(f"chat template {spec!r} is neither a file, a Jinja template nor a shipped template "
+                          f"({', '.join(sorted(SHIPPED))})")
+    text = path.read_text()
+    if not _inline(text):
+        raise ConfigError(f"chat template file {path} holds no Jinja ({{{{ or {{%}}: pass a Jinja chat template")
+    return text
 
 
 def template_file(spec: str) -> Path | None:
     """A path that holds ``spec``'s template, for programs that take a file (vLLM); None for inline text."""
     if spec in SHIPPED:
         return shipped_path(spec)
-    path = Path(spec).expanduser()
-    return path if path.is_file() else None
+    return None if _inline(spec) else _file(spec)
 
 
 def vllm_chat_template(model: str | Path, explicit: str | None) -> str | None:
-    """What vLLM's ``--chat-template`` is given for ``model``: the explicit option as vLLM reads it (a
-    shipped name becomes its file), else the registry's tool template written to a file in the
-    model cache (the same text `resolve_chat_template` gives the other backends), else None."""
+    """The file vLLM's ``--chat-template`` is given for ``model``: the explicit option's file (a
+    shipped name becomes its file), else the text `resolve_chat_template` gives the other backends
+    (inline Jinja, or the registry's tool template) written to a file in the model cache; None
+    keeps the model's own. A file, because vLLM reads inline templates through an escape decoder."""
     if explicit:
         load_chat_template(explicit)  # an unknown name or a file without Jinja fails here, in our words
         found = template_file(explicit)
-        return str(found) if found is not None else explicit
-    resolved = registry_template(model)
-    if resolved is None:
+        if found is not None:
+            return str(found)
+    text, _ = resolve_chat_template(model, explicit)
+    if text is None:
         return None
     from verifiers.models.cache import cache_root
 
-    text = resolved[0]
-    path = cache_root() / "templates" / f"{resolved[1]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jinja"
+    path = cache_root() / "templates" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.jinja"
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -9,16 +9,28 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+from pathlib import Path
 from typing import Any
 
 import verifiers as vf
 from calculator.problems import TEMPLATES, make_examples
+from verifiers.rubrics import math_equal
 from calculator.safe_eval import format_number, safe_eval
 
 __all__ = [
+    "NO_TOOL_PROMPT",
+    "PROGRAM",
+    "SYSTEM_PROMPT",
+    "TEMPLATES",
+    "calculate",
     "expert_episode",
     "expert_episodes",
-   "NO_TOOL_PROMPT", "SYSTEM_PROMPT", "TEMPLATES", "calculate", "load_environment", "make_examples", "safe_eval"]
+    "load_environment",
+    "make_examples",
+    "printed_answer",
+    "safe_eval",
+]
 
 SYSTEM_PROMPT = (
     "Solve the problem. You have a calculator tool, `calculate`, for arithmetic; use it instead of "
@@ -70,6 +82,30 @@ def expert_episodes(env: vf.Environment, n: int) -> list[dict[str, Any]]:
     return [expert_episode(r, env.oai_tools or [], f"call_{i}") for i, r in enumerate(rows)]
 
 
+PROGRAM = Path(__file__).with_name("calculator_agent.py")
+"""The agent program a rollout runs with ``program=True``."""
+
+
+def printed_answer(state: dict[str, Any], answer: str) -> float:
+    """1.0 when the answer the program printed (its ``\\boxed{}``, else the whole output) is ``answer``."""
+    printed = str((state.get("agent") or {}).get("stdout") or "")
+    boxed = vf.extract_boxed_answer(printed)
+    return float(math_equal(boxed if boxed is not None else printed.strip(), answer))
+
+
+def _program_env(train: list[dict[str, Any]], evaluation: list[dict[str, Any]], max_turns: int,
+                 kwargs: dict[str, Any]) -> vf.Environment:
+    """The problems played by ``calculator_agent.py`` under `vf.AgentEnv`; ``max_turns`` bounds its model calls."""
+    return vf.AgentEnv(
+        command=[sys.executable, str(PROGRAM)],
+        dataset=train or None, eval_dataset=evaluation or None,
+        rubric=vf.Rubric(funcs=[printed_answer], weights=[1.0]),
+        env={"AGENT_MAX_CALLS": str(max_turns)},  # the program's own bound; the gateway enforces it too
+        max_calls=max_turns,
+        **kwargs,
+    )
+
+
 def load_environment(
     num_train_examples: int = 1000,
     num_eval_examples: int = 100,
@@ -78,6 +114,7 @@ def load_environment(
     system_prompt: str | None = None,
     tools: bool = True,
     kinds: list[str] | None = None,
+    program: bool = False,
     **kwargs: Any,
 ) -> vf.Environment:
     """Build the calculator environment.
@@ -92,6 +129,9 @@ def load_environment(
         tools: False: the same problems and scoring with no tool offered (a single-turn
             environment), to measure what the model does without the calculator.
         kinds: Only these templates (names of `TEMPLATES`; default all).
+        program: True: each rollout runs the agent program ``calculator_agent.py`` (an OpenAI SDK
+            tool loop with the same system prompt and tool) under `vf.AgentEnv`, the model reached
+            only through the program's calls; the reward reads the answer the program printed.
         **kwargs: Passed on to ``vf.ToolEnv`` (e.g. ``tool_timeout_s``).
     """
     if num_train_examples < 0 or num_eval_examples < 0:
@@ -109,6 +149,8 @@ def load_environment(
     evaluation = make_examples(num_eval_examples, rng, seen, kinds)
 
     math_rubric = vf.MathRubric()
+    if program:
+        return _program_env(train, evaluation, max_turns, kwargs)
     if not tools:
         return vf.SingleTurnEnv(
             dataset=train or None, eval_dataset=evaluation or None,

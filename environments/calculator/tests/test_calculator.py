@@ -213,3 +213,86 @@ async def test_check_environment() -> None:
     if inspect.isawaitable(report):
         report = await report
     assert getattr(report, "ok", True), report
+
+
+# -- without the tool, problem kinds, expert episodes, the agent program -------------------
+
+
+def test_without_tools_the_same_problems_are_asked_with_no_tool() -> None:
+    with_tool, without = small_env(), small_env(tools=False)
+    assert isinstance(without, vf.SingleTurnEnv) and not getattr(without, "oai_tools", None)
+    assert [r["answer"] for r in without.eval_dataset] == [r["answer"] for r in with_tool.eval_dataset]
+    assert without.system_prompt == calculator.NO_TOOL_PROMPT and "calculate" not in without.system_prompt
+
+
+def test_kinds_choose_the_templates_and_unknown_kinds_are_named() -> None:
+    env = small_env(kinds=["sharing", "power_mod"])
+    assert {r["info"]["kind"] for r in env.get_dataset().rows} == {"sharing", "power_mod"}
+    with pytest.raises(ValueError, match=r"unknown problem kinds \['warehose'\]; choose from expression"):
+        small_env(kinds=["warehose"])
+
+
+def test_expert_episodes_are_correct_and_come_from_the_training_split() -> None:
+    env = small_env()
+    episodes = calculator.expert_episodes(env, 5)
+    train = env.get_dataset().rows
+    for episode, row in zip(episodes, train[:5], strict=True):
+        call, result, final = episode["messages"][-3:]
+        expression = json.loads(call["tool_calls"][0]["function"]["arguments"])["expression"]
+        assert calculate(expression) == result["content"] == row["answer"]
+        assert final == {"role": "assistant", "content": f"\\boxed{{{row['answer']}}}"}
+        assert episode["tools"] == env.oai_tools
+    with pytest.raises(ValueError, match="fewer than the 13 episodes"):
+        calculator.expert_episodes(env, 13)
+
+
+def test_the_shipped_expert_file_is_what_the_recipe_generates() -> None:
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    recipe = tomllib.loads((root / "examples" / "configs" / "calculator_smollm2.toml").read_text())
+    shipped = [json.loads(line) for line in (root / recipe["expert_data"]).read_text().splitlines()]
+    env = calculator.load_environment(**recipe["env_args"])
+    assert len(shipped) == 64
+    assert shipped == json.loads(json.dumps(calculator.expert_episodes(env, 64)))
+
+
+def test_the_program_sends_the_environments_prompt_and_tool() -> None:
+    from calculator import calculator_agent
+
+    assert calculator_agent.SYSTEM == calculator.SYSTEM_PROMPT
+    assert calculator_agent.TOOLS == small_env().oai_tools
+    assert calculator_agent.calculate('{"expression": "12 * 12"}') == "144"
+    assert calculator_agent.calculate('{"expression": "open(1)"}').startswith("error: ")
+    assert calculator_agent.calculate("[1]").startswith("error: arguments must be a JSON object")
+
+
+async def test_the_program_under_agent_env_calls_the_tool_and_is_scored_on_its_printed_answer() -> None:
+    env = small_env(program=True)
+    assert isinstance(env, vf.AgentEnv)
+    rows = list(env.eval_dataset)
+    replies = [
+        ScriptedReply(turn=0, match=re.escape(r["prompt"][-1]["content"]),
+                      tool_calls=[ScriptedToolCall(name="calculate",
+                                                   arguments=json.dumps({"expression": r["info"]["solution"]}))])
+        for r in rows
+    ]
+    replies.append(ScriptedReply(turn=1, content="So it is \\boxed{{last_message}}."))
+    async with ScriptedServer(ServerScript(replies=replies)) as srv:
+        out = await env.a_evaluate(vf.make_client(srv.base_url), "scripted", num_examples=4)
+    assert out.error == [None] * 4
+    assert out.reward == [1.0] * 4
+    for completion, answer in zip(out.completion, out.answer, strict=True):
+        assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]
+        assert completion[1]["content"] == answer
+    first = srv.requests[0]
+    assert first["tools"] == small_env().oai_tools
+    assert first["messages"][0] == {"role": "system", "content": calculator.SYSTEM_PROMPT}
+
+
+def test_the_printed_answer_reward_reads_the_boxed_number() -> None:
+    assert calculator.printed_answer({"agent": {"stdout": "It is \\boxed{1,234}.\n"}}, "1234") == 1.0
+    assert calculator.printed_answer({"agent": {"stdout": "1234\n"}}, "1234") == 1.0
+    assert calculator.printed_answer({"agent": {"stdout": "\\boxed{1233}"}}, "1234") == 0.0
+    assert calculator.printed_answer({}, "1234") == 0.0
