@@ -77,6 +77,9 @@ EXCLUDED = {
     "quickstart_vllm": "needs a vLLM server (benchmarks/vllm_train.py)",
     "quickstart_ray": "starts a Ray cluster (benchmarks/scale.py --learn)",
     "arithmetic_smollm2": "a real 135M model, ~20 min a seed (benchmarks/real_model.py --train)",
+    "calculator_smollm2": "a real 135M model with a tool, up to an hour a seed (benchmarks/real_agent.py --train)",
+    "calculator_program_smollm2": "a real 135M model through an agent program (benchmarks/real_agent.py --train "
+                                  "--program)",
 }
 # left out unless named with --configs: minutes a seed, each measured by its own benchmark
 SLOW = {

@@ -30,7 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # lora_kl runs its whole shipped budget below instead (it claims a final reward, not only a rise).
 # arithmetic_smollm2 trains a real 135M model for about 20 minutes (benchmarks/real_model.py --train; its
 # recipe is checked by test_arithmetic_smollm2_config.py and its learner path by tests/real_model).
-SKIPPED = {"quickstart_vllm", "quickstart_ray", "agentic", "agent_program", "agent_program_rl", "lora_kl", "arithmetic_smollm2"}
+# calculator_smollm2 and calculator_program_smollm2 train it with a tool for up to an hour
+# (benchmarks/real_agent.py --train [--program]; their recipes: test_calculator_smollm2_config.py).
+SKIPPED = {"quickstart_vllm", "quickstart_ray", "agentic", "agent_program", "agent_program_rl", "lora_kl",
+           "arithmetic_smollm2", "calculator_smollm2", "calculator_program_smollm2"}
 CONFIGS = [pytest.param(p, id=p.stem) for p in sorted((ROOT / "examples" / "configs").glob("*.toml"))
            if p.stem not in SKIPPED]
 STEPS = 60

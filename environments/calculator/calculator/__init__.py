@@ -15,8 +15,8 @@ from typing import Any
 
 import verifiers as vf
 from calculator.problems import TEMPLATES, make_examples
-from verifiers.rubrics import math_equal
 from calculator.safe_eval import format_number, safe_eval
+from verifiers.rubrics import math_equal
 
 __all__ = [
     "NO_TOOL_PROMPT",

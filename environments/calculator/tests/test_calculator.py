@@ -262,7 +262,7 @@ def test_the_program_sends_the_environments_prompt_and_tool() -> None:
     from calculator import calculator_agent
 
     assert calculator_agent.SYSTEM == calculator.SYSTEM_PROMPT
-    assert calculator_agent.TOOLS == small_env().oai_tools
+    assert small_env().oai_tools == calculator_agent.TOOLS
     assert calculator_agent.calculate('{"expression": "12 * 12"}') == "144"
     assert calculator_agent.calculate('{"expression": "open(1)"}').startswith("error: ")
     assert calculator_agent.calculate("[1]").startswith("error: arguments must be a JSON object")
