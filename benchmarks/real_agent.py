@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import resource
+import subprocess
 import sys
 import time
 import tomllib
@@ -161,31 +162,39 @@ def task_args(env_args: dict[str, Any]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- training
 def peak_rss_gb() -> float:
+    """This process's peak (the evaluations)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
 
-def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
-    from trainers.grpo.config import load_config
-    from trainers.grpo.trainer import GRPOTrainer
+def child_peak_rss_gb() -> float:
+    """The largest finished child's peak: vf-train."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
 
+
+def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     config_path, cfg_data = recipe(args.program)
     envs = eval_envs(cfg_data["env_id"], dict(cfg_data.get("env_args", {})), with_no_tools=not args.program)
-    out_dir = Path(args.output_dir or ROOT / "outputs" / "real_agent" / f"seed{args.seed}")
+    out_dir = Path(args.output_dir or ROOT / "outputs" / "real_agent" / f"seed{args.seed}").resolve()
     before = evaluate_model(args.model, envs, args)
-    cfg = load_config(config_path, ["--model", str(args.model), "--output_dir", str(out_dir), "--seed",
-                                    str(args.seed), "--progress", "false", "--save_warmup_model", "true", *overrides])
-    with contextlib.chdir(ROOT):
-        t = time.perf_counter()
-        summary = GRPOTrainer(cfg).train()
-        train_s = time.perf_counter() - t
-    warm = out_dir / "warmup_model"
-    tools_only = {"tools": envs["tools"]}
-    after_warmup = evaluate_model(warm, tools_only, args) if warm.is_dir() else {"tools": before["tools"]}
-    after = evaluate_model(out_dir / "final_model", envs, args)
+    # vf-train in its own process: its memory (the learner, its engine) is not added to the evaluations'
+    cmd = [sys.executable, "-m", "trainers.grpo.cli", str(config_path), "--model", str(args.model), "--output_dir",
+           str(out_dir), "--seed", str(args.seed), "--progress", "false", "--save_warmup_model", "true", *overrides]
+    print("training: " + " ".join(cmd[2:]), flush=True)
+    t = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT)
+    train_s = time.perf_counter() - t
+    if done.returncode != 0:
+        raise SystemExit(f"real_agent.py: vf-train exited with {done.returncode}")
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    warmup_s = sum(r.get("warmup/time_s", 0.0) for r in rows[:1])
+    steps = [r for r in rows if "reward" in r]
+    warmup_s = float(json.loads((out_dir / "warmup.jsonl").read_text().splitlines()[-1]).get("time_s", 0.0)) \
+        if (out_dir / "warmup.jsonl").is_file() else 0.0
+    warm = out_dir / "warmup_model"
+    after_warmup = evaluate_model(warm, {"tools": envs["tools"]}, args) if warm.is_dir() else {"tools": before["tools"]}
+    after = evaluate_model(out_dir / "final_model", envs, args)
     b, w, a = before["tools"], after_warmup["tools"], after["tools"]
     rl_gain = round(a["success"] - w["success"], 4)
+    rl_s = sum(r.get("time/step_s", 0.0) for r in steps)
     return {
         "config": str(config_path.relative_to(ROOT)), "program": args.program, "seed": args.seed,
         "success_no_tools_before": before.get("no_tools", {}).get("success"),
@@ -195,10 +204,13 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "tool_call_rate": a["tool_call_rate"], "valid_call_rate": a["valid_call_rate"],
         "turns_mean": a["turns_mean"], "truncated_share": a["truncated"],
         "before": b, "after_warmup": w, "after": a,
-        "train_s": round(train_s, 1), "warmup_s": round(warmup_s, 1), "steps": summary.steps,
-        "s_per_step": round((train_s - warmup_s) / max(summary.steps, 1), 2),
-        "reward_first": round(summary.reward_first, 4), "reward_last": round(summary.reward_last, 4),
-        "peak_rss_gb": round(peak_rss_gb(), 2), "output_dir": str(out_dir),
+        "train_s": round(train_s, 1), "warmup_s": round(warmup_s, 1), "steps": len(steps),
+        "s_per_step": round(rl_s / max(len(steps), 1), 2),
+        "reward_first": round(steps[0]["reward"], 4) if steps else None,
+        "reward_last": round(steps[-1]["reward"], 4) if steps else None,
+        "token_in_share": steps[-1].get("rollouts/token_in_share") if steps else None,
+        "peak_rss_gb": round(peak_rss_gb(), 2), "train_peak_rss_gb": round(child_peak_rss_gb(), 2),
+        "output_dir": str(out_dir),
         "targets_met": (a["success"] >= SUCCESS_TARGET and rl_gain >= RL_GAIN_TARGET
                         and a["truncated"] <= TRUNCATED_TARGET and train_s <= TRAIN_S_TARGET),
     }

@@ -20,6 +20,21 @@ from verifiers.models.registry import get_model
 
 pytest.importorskip("gguf", reason="the gguf extra is not installed (pip install -e '.[gguf]')")
 NAME = "smollm2-135m-instruct"
+CALCULATE = {"type": "function", "function": {
+    "name": "calculate", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+
+
+def tool_prompt_ids(model_dir: Path, chat: list[dict[str, str]]) -> list[int]:
+    """The prompt ids vf-serve and the trainer render for ``chat`` with the calculator tool."""
+    from verifiers.data.templating import apply_chat_template
+    from verifiers.inference.engine.loading import load_tokenizer
+    from verifiers.models.chat_templates import resolve_chat_template, use_chat_template
+
+    tok = use_chat_template(load_tokenizer(model_dir), resolve_chat_template(NAME, None)[0])
+    ids = apply_chat_template(tok, chat, tools=[CALCULATE])
+    assert "calculate" in tok.decode(ids)
+    return list(ids)
 
 
 @pytest.mark.slow
@@ -40,13 +55,19 @@ def test_vf_vllm_serves_the_converted_registry_model(tmp_path: Path, child_env: 
         assert f"model='{model_dir}'" in info or str(model_dir) in info  # vLLM got the converted directory
         assert json.loads((model_dir / "config.json").read_text())["dtype"] == "float32"
         client = openai.OpenAI(base_url=url, api_key="EMPTY", max_retries=0, timeout=120)
+        chat = [{"role": "user", "content": "What is 123 * 456?"}]
         try:
             r = client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "What is 2 + 3?"}],
                                                max_tokens=16, temperature=0)
+            with_tools = client.chat.completions.create(model="policy", messages=chat, tools=[CALCULATE],
+                                                        max_tokens=2, temperature=0,
+                                                        extra_body={"return_token_ids": True})
         finally:
             client.close()
         assert "5" in (r.choices[0].message.content or ""), r.choices[0].message.content
         assert r.choices[0].finish_reason == "stop"
+        # the registry's tool template reached vLLM: it renders the tool as vf-serve and the trainer do
+        assert list(with_tools.prompt_token_ids) == tool_prompt_ids(model_dir, chat)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
