@@ -32,7 +32,7 @@ from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.dist.threads import choose_torch_threads
 from trainers.grpo.learn.policy import Policy, build_policy, resolve_model_path
 from trainers.grpo.learn.step import Learner
-from trainers.grpo.learn.warmup import warmup_done_line, warmup_phases
+from trainers.grpo.learn.warmup import save_warmup_model, warmup_done_line, warmup_phases
 from trainers.grpo.ray.placement import build_rollouts
 from trainers.grpo.run.checkpoint import Checkpointer
 from trainers.grpo.run.display import RunDisplay
@@ -161,9 +161,7 @@ class GRPOTrainer:
         self.sync.after_step(self.version)  # a server of its own (vLLM, vf-serve) gets the warmed-up weights
         self.show.print(warmup_done_line(summary))
         if self.cfg.save_warmup_model:  # what the warm-up alone made, to evaluate apart from RL's share
-            if self.dist.is_main:
-                self.sync.save_final(self.policy.served(), self.tokenizer, self.out / "warmup_model")
-            self.dist.barrier()
+            save_warmup_model(self.sync, self.policy, self.tokenizer, self.out / "warmup_model")
 
     def _checkpoint(self, data_state: dict[str, Any] | None = None, *, together: bool = True) -> Path:
         """``data_state``: the one taken at the start of an unfinished step (see `Checkpointer.save`)."""

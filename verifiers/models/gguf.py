@@ -221,7 +221,7 @@ def _drop_quantization_marker(model: Any) -> None:
 
 def _check_tokenizer_survived(original: Any, out: Path, src: Path) -> None:
     """The saved tokenizer must render chats, and name eos/bos, exactly as the GGUF's own did."""
-    from verifiers.inference.engine.loading import load_tokenizer
+    from verifiers.models.tokenizers import load_tokenizer
 
     saved = load_tokenizer(out)
     problems = [f"{name} {getattr(original, name)!r} became {getattr(saved, name)!r}"

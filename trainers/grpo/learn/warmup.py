@@ -158,3 +158,11 @@ def warmup_done_line(summary: dict[str, float]) -> str:
     """The line printed once the warmed-up weights reached the server."""
     return (f"sft warm-up done in {summary['warmup/time_s']:.1f}s: loss "
             f"{summary['warmup/loss_first']:.4f} -> {summary['warmup/loss_last']:.4f}")
+
+
+def save_warmup_model(sync: Any, policy: Policy, tokenizer: Any, path: Path) -> None:
+    """The model as the warm-up left it, saved as ``final_model`` is (rank 0 writes, every rank waits),
+    so what RL adds on top can be measured against it (``save_warmup_model``)."""
+    if policy.dist.is_main:
+        sync.save_final(policy.served(), tokenizer, path)
+    policy.dist.barrier()

@@ -131,21 +131,12 @@ class InferenceEngine:
     @classmethod
     def from_pretrained(cls, path: str | Path, *, dtype: str = "auto", device: str = "cpu",
                         chat_template: str | None = None, **kw: Any) -> InferenceEngine:
-        """An engine on ``path``: a saved directory, a .gguf file, a registry name or a hub id (`resolve_model`).
-
-        ``chat_template`` (a file, a shipped name or Jinja text) replaces the tokenizer's; without
-        it a registry model's shipped tool template is used (`verifiers.models.chat_templates`).
-        """
+        """An engine on ``path`` (a directory, a .gguf file, a registry name or a hub id) with the chat
+        template `load_named_model` picks (``chat_template``, else a registry model's tool template)."""
         from verifiers.inference.engine.attention import use_gqa_attention
-        from verifiers.inference.engine.loading import load_model_and_tokenizer
-        from verifiers.models.chat_templates import resolve_chat_template, use_chat_template
-        from verifiers.models.source import resolve_model
+        from verifiers.inference.engine.loading import load_named_model
 
-        # a directory, a .gguf file (converted once), a registry name or a hub id
-        model_dir = resolve_model(str(path))
-        template, _ = resolve_chat_template(path, chat_template)
-        model, tok = load_model_and_tokenizer(model_dir, dtype=dtype, device=device)
-        use_chat_template(tok, template)
+        model, tok = load_named_model(path, dtype=dtype, device=device, chat_template=chat_template)
         use_gqa_attention(model)  # the engine owns this model: no KV copies per step (same outputs)
         return cls(model, tok, **kw)
 

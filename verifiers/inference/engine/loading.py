@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError
+from verifiers.models.tokenizers import load_tokenizer
+
+__all__ = ["check_model_dir", "load_model_and_tokenizer", "load_named_model", "load_tokenizer"]
 
 _DTYPES = {"auto": None, "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
-
-
-def load_tokenizer(path: str | Path) -> Any:
-    """``AutoTokenizer``, except for tokenizers saved from a ``tokenizers`` object (such as `vf-tiny`'s).
-
-    transformers 5 maps some model types (qwen2) to a tokenizer class that rebuilds the
-    pre-tokenizer from the vocabulary, which would silently change how a character-level
-    tokenizer splits text; such files are loaded exactly as saved instead.
-    """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    cfg_file = Path(path) / "tokenizer_config.json"
-    if cfg_file.is_file():
-        cfg = json.loads(cfg_file.read_text())
-        if cfg.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast") and cfg.get("vf_exact"):
-            return PreTrainedTokenizerFast.from_pretrained(str(path))
-    return AutoTokenizer.from_pretrained(str(path))
 
 
 def check_model_dir(path: str | Path, dtype: str = "auto") -> Path:
@@ -56,3 +41,17 @@ def load_model_and_tokenizer(
     model.eval()
     tok = load_tokenizer(p) if with_tokenizer else None
     return model, tok
+
+
+def load_named_model(spec: str | Path, *, dtype: str = "auto", device: str = "cpu",
+                     chat_template: str | None = None) -> tuple[Any, Any]:
+    """The model ``spec`` names (a directory, a .gguf file, a registry name or a hub id: `resolve_model`)
+    and its tokenizer, whose chat template is ``chat_template`` (a file, a shipped name or Jinja text),
+    else a registry model's shipped tool template, else its own (`verifiers.models.chat_templates`)."""
+    from verifiers.models.chat_templates import resolve_chat_template, use_chat_template
+    from verifiers.models.source import resolve_model
+
+    model_dir = resolve_model(str(spec))
+    template, _ = resolve_chat_template(spec, chat_template)
+    model, tok = load_model_and_tokenizer(model_dir, dtype=dtype, device=device)
+    return model, use_chat_template(tok, template)
