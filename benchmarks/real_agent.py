@@ -113,6 +113,7 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
     return {"success": round(s.reward.mean, 4), f"pass{samples}": round(s.pass_at_k[samples], 4),
             "truncated": round(truncated / s.n, 4), **tool_figures(out.results),
             "completion_tokens": round(s.tokens.completion_total / s.n, 1),
+            "token_in_share": s.tokens.token_in_share,  # agent programs' follow-up calls (None elsewhere)
             "wall_s": round(time.perf_counter() - t, 1), "n": s.n}
 
 
@@ -208,7 +209,8 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "s_per_step": round(rl_s / max(len(steps), 1), 2),
         "reward_first": round(steps[0]["reward"], 4) if steps else None,
         "reward_last": round(steps[-1]["reward"], 4) if steps else None,
-        "token_in_share": steps[-1].get("rollouts/token_in_share") if steps else None,
+        "token_in_share": a["token_in_share"],
+        "train_token_in_share": steps[-1].get("rollouts/token_in_share") if steps else None,
         "peak_rss_gb": round(peak_rss_gb(), 2), "train_peak_rss_gb": round(child_peak_rss_gb(), 2),
         "output_dir": str(out_dir),
         "targets_met": (a["success"] >= SUCCESS_TARGET and rl_gain >= RL_GAIN_TARGET

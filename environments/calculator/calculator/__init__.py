@@ -140,6 +140,8 @@ def load_environment(
         raise ValueError("ask for at least one training or evaluation example")
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    if program and not tools:
+        raise ValueError("program=True runs an agent program that offers the calculator; it cannot run with tools=False")
     unknown = sorted(set(kinds or ()) - set(TEMPLATES))
     if unknown or (kinds is not None and not kinds):
         raise ValueError(f"unknown problem kinds {unknown or kinds}; choose from {', '.join(sorted(TEMPLATES))}")

@@ -230,6 +230,8 @@ def test_kinds_choose_the_templates_and_unknown_kinds_are_named() -> None:
     assert {r["info"]["kind"] for r in env.get_dataset().rows} == {"sharing", "power_mod"}
     with pytest.raises(ValueError, match=r"unknown problem kinds \['warehose'\]; choose from expression"):
         small_env(kinds=["warehose"])
+    with pytest.raises(ValueError, match="cannot run with tools=False"):
+        small_env(program=True, tools=False)
 
 
 def test_expert_episodes_are_correct_and_come_from_the_training_split() -> None:
