@@ -118,18 +118,25 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
 
 
 @contextlib.contextmanager
-def inprocess(model: str | Path, threads: int, seed: int) -> Iterator[Any]:
-    """An ``openai`` client on the engine in this process, with the model's tool template."""
+def inprocess(model: str | Path, threads: int, seed: int, http: bool) -> Iterator[Any]:
+    """An ``openai`` client on the engine in this process, with the model's tool template: in memory,
+    or (``http``) over the engine's HTTP server on 127.0.0.1, which an agent program's gateway needs."""
+    import openai
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.server.runner import inprocess_client
+    from verifiers.inference.server.runner import EmbeddedServer, inprocess_client
 
     torch.set_num_threads(threads)
     engine = InferenceEngine.from_pretrained(model, dtype="float32", max_batch_size=256, seed=seed)
+    server = EmbeddedServer(engine, [SERVED], host="127.0.0.1", port=0).start() if http else None
     try:
-        yield inprocess_client(engine, [SERVED])
+        client = (openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="EMPTY", max_retries=0,
+                                     timeout=3600) if server is not None else inprocess_client(engine, [SERVED]))
+        yield client, engine.tokenizer
     finally:
+        if server is not None:
+            server.stop()
         engine.stop()
 
 
@@ -142,7 +149,12 @@ def evaluate_model(model: str | Path, envs: dict[str, Any], args: argparse.Names
             figures[name] = await evaluate(client, env, args.examples, args.samples, args.max_tokens)
             print(f"{Path(str(model)).name:24s} {name:9s} {json.dumps(figures[name])}", flush=True)
 
-    with inprocess(model, args.threads, args.seed) as client:
+    from verifiers.envs.agent_env import AgentEnv
+
+    http = any(isinstance(env, AgentEnv) for env in envs.values())
+    with inprocess(model, args.threads, args.seed, http) as (client, tokenizer):
+        for env in envs.values():
+            env.use_tokenizer(tokenizer)  # an agent program's follow-up calls continue token-exactly, as in training
         asyncio.run(every_env(client))
     return figures
 
