@@ -123,7 +123,7 @@ FOREIGN = {
     "--tools": "benchmarks/agentic_copy_probe.py", "--ahead": "benchmarks/trainer_step.py",
     "--cpu": "accelerate", "--modes": "benchmarks/scale.py",
     "--size": "benchmarks/trainer_step.py", "--rounds": "benchmarks/trainer_step.py",
-    "--train": "benchmarks/real_model.py",
+    "--train": "benchmarks/real_model.py", "--program": "benchmarks/real_agent.py",
     "--stream": "tests/agents/programs/openai_agents_default.py",
     "--chain": "tests/agents/programs/openai_agents_default.py",
 }

@@ -115,6 +115,12 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (AGENTS, "a-real-model-through-a-program#1"): Skip("long", "starts vf-serve on the real model (a 93 MB download "
                                                          "once) for a 40-rollout eval: its program and token-in "
                                                          "are tested by tests/real_model/test_token_in.py"),
+    (AGENTS, "a-real-model-learns-to-use-a-tool#1"): Skip("long", "about an hour of training on 2 cores per run: "
+                                                          "measured by benchmarks/real_agent.py itself; its recipes "
+                                                          "are checked by tests/trainers/test_calculator_smollm2_config.py"),
+    (AGENTS, "a-real-model-learns-to-use-a-tool#2"): Skip("long", "starts vf-serve on the real model (a 93 MB download "
+                                                          "and a conversion) and evaluates 200 rollouts twice; the "
+                                                          "same serving path is tests/real_model/test_template_tools.py"),
     (AGENTS, "mcp-tools-vfmcptoolenv#1"): Skip("fragment", "`rows`, `key` and `my-search-server` are the reader's"),
     (ARCH, "architecture-one-way-flow-and-where-to-make-a-change#1"): Skip("not a command", "the layer diagram"),
     (DATA, "training-data#1"): Skip("fragment", "`vf` and `rubric` come from the reader, data/gsm8k/train.parquet "
