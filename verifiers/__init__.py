@@ -28,7 +28,7 @@ from verifiers.errors import (
     ToolError,
     VFError,
 )
-from verifiers.parsers import Parser, ThinkParser, XMLParser, extract_boxed_answer
+from verifiers.parsers import Parser, ThinkParser, XMLParser, extract_boxed_answer, reply_text, strip_markup
 from verifiers.rollout import RolloutInput, run_rollouts
 from verifiers.rubrics import JudgeRubric, MathRubric, Rubric, RubricGroup, ToolRubric, group_reward
 from verifiers.tools.sandbox import SandboxLimits, python_tool, run_python, run_python_sync
@@ -192,10 +192,12 @@ __all__ = [
     "make_client",
     "print_prompt_completions_sample",
     "python_tool",
+    "reply_text",
     "run_python",
     "run_python_sync",
     "run_rollouts",
     "setup_logging",
+    "strip_markup",
     "tool_schema",
 ]
 

@@ -33,7 +33,7 @@ def test_well_formed_single_turn_env_passes() -> None:
     assert report.ok
     assert report.problems == []
     assert report.reward_funcs == ["correct"]
-    assert report.rollouts == 3 * 2 + 3  # scripted run + garbage run
+    assert report.rollouts == 3 * 2 + 3 + 5 * 3  # scripted run + garbage run + the markup replies
     assert report.mean_reward == 1.0  # the default script echoes the question == answer
 
 
@@ -80,3 +80,44 @@ def test_rubric_without_functions_is_a_problem_in_the_report() -> None:
     report = check_environment(env, raise_on_problem=False, check_garbage=False)
     assert not report.ok
     assert any("no reward functions" in p for p in report.problems)
+
+
+def _letter_rows() -> list[dict[str, str]]:
+    return [{"question": f"Say {c}", "answer": c} for c in "abcd"]
+
+
+@pytest.mark.timeout(30)
+def test_a_reward_that_pays_for_markup_tokens_fails_the_check() -> None:
+    # letter-repeat's reward as it was: four sampled <tool_call> tokens earned 1/11 on "a" and "c"
+    def letter_fraction(completion, answer) -> float:
+        chars = [c for m in completion if m["role"] == "assistant" for c in m["content"] or "" if not c.isspace()]
+        return sum(c == answer for c in chars) / len(chars) if chars else 0.0
+
+    env = vf.SingleTurnEnv(dataset=_letter_rows(), rubric=vf.Rubric(funcs=[letter_fraction]))
+    report = check_environment(env, raise_on_problem=False, num_examples=4)
+    problems = [p for p in report.problems if p.startswith("markup replies")]
+    assert any("'<tool_call><tool_call><tool_call><tool_call>' earns 0.0909" in p for p in problems), problems
+    assert all("vf.reply_text" in p for p in problems)
+
+
+@pytest.mark.timeout(30)
+def test_the_same_reward_on_the_text_a_user_reads_passes() -> None:
+    def letter_fraction(completion, answer) -> float:
+        chars = [c for c in vf.reply_text(completion) if not c.isspace()]
+        return sum(c == answer for c in chars) / len(chars) if chars else 0.0
+
+    env = vf.SingleTurnEnv(dataset=_letter_rows(), rubric=vf.Rubric(funcs=[letter_fraction]))
+    assert check_environment(env, num_examples=4).ok
+
+
+@pytest.mark.timeout(30)
+def test_a_format_reward_for_empty_tags_fails_the_check_and_xml_parser_pays_none() -> None:
+    def tags_present(completion) -> float:  # a format reward that looks at tags only
+        return float("<think>" in completion[-1]["content"] and "</think>" in completion[-1]["content"])
+
+    env = vf.SingleTurnEnv(dataset=_letter_rows(), rubric=vf.Rubric(funcs=[tags_present]))
+    report = check_environment(env, raise_on_problem=False, num_examples=2)
+    assert any("'<think></think>' earns 1.0000" in p for p in report.problems), report.problems
+    parser = vf.XMLParser(["think", "answer"])
+    fmt = vf.Rubric(funcs=[parser.get_format_reward_func()], parser=parser)
+    assert check_environment(vf.SingleTurnEnv(dataset=_letter_rows(), rubric=fmt), num_examples=2).ok

@@ -27,7 +27,9 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 UNK = "<|unk|>"
 # Tool markup tokens are ordinary (non-special) added tokens, as in Qwen2.5: they survive
-# ``skip_special_tokens=True`` decoding so the server's tool parser can see them.
+# ``skip_special_tokens=True`` decoding so the server's tool parser can see them. A policy can
+# sample them anywhere, as a real one can; rewards read replies through ``vf.reply_text``,
+# which drops them, rather than the samplers masking them (docs/environments.md).
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 SPECIAL_TOKENS = (PAD, EOS, IM_START, IM_END, UNK)
 

@@ -168,12 +168,16 @@ class XMLParser(Parser):
         0.8, one missing a field 0.6 (all as in 0.1.x). Unlike 0.1.x, tags that do not
         pair up (nested, interleaved, unclosed, repeated fields) earn no field credit
         and lose the 0.2 for clean tags, and text without any field scores 0, not 0.2.
+        A field with nothing but whitespace inside is not well formed either: tags alone
+        show a reader nothing, and a model whose tokenizer has them as single tokens
+        (``<think>``, ``</think>``) must not earn format credit for two tokens.
         """
         n = len(self._fields)
         pairs = [0] * n
         broken = [False] * n
         mismatched = False
         open_field: tuple[int, str] | None = None  # (field index, tag)
+        content_from = 0  # where the open field's content starts
 
         for match in self._any_tag.finditer(text):
             tag = match.group("tag")
@@ -183,9 +187,12 @@ class XMLParser(Parser):
                     mismatched = True
                     broken[open_field[0]] = broken[idx] = True
                 open_field = (idx, tag)
+                content_from = match.end()
                 continue
             if open_field == (idx, tag):
                 pairs[idx] += 1
+                if not text[content_from : match.start()].strip():
+                    broken[idx] = True
             else:
                 mismatched = True
                 broken[idx] = True

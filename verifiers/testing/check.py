@@ -5,7 +5,9 @@ in ``environments/``. It checks the static contract (dataset rows, rubric,
 tool schemas) and then runs real rollouts over HTTP against a scripted server,
 once with well-behaved replies and once with garbage (nonsense text, malformed
 tool calls), asserting that every rollout comes back as a finite, serialisable,
-scored result and that nothing crashes.
+scored result and that nothing crashes. Last, replies made only of chat markup tokens
+(``<tool_call>`` four times, ``<think></think>``, ``<|im_end|>``...) must earn no more than an
+empty reply: one sampled token is not eleven characters of answer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from verifiers.clients.openai_client import make_client
 from verifiers.envs.environment import Environment
 from verifiers.errors import VFError
+from verifiers.parsers.markup import MARKUP_TAGS
 from verifiers.testing.server import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
 from verifiers.types import GenerateOutputs
 
@@ -57,6 +60,34 @@ def _garbage_script(env: Environment) -> ServerScript:
         )
     replies.append(ScriptedReply(content=""))
     return ServerScript(replies=replies)
+
+
+MARKUP_REPLIES = (
+    "<tool_call>" * 4,
+    "<think></think>",
+    "<think>\n</think>",
+    "<|im_start|><|im_end|><|endoftext|>",
+    "".join(MARKUP_TAGS) + "<|im_end|><|eot_id|>",
+)
+"""Replies a model can sample as a handful of tokens that a user reads as nothing."""
+
+
+async def _check_markup(env: Environment, rows: Any, client: Any, server: ScriptedServer, report: CheckReport) -> None:
+    """A reply made of markup tokens earns no more, on any row, than an empty reply."""
+    server.set_script(ServerScript(replies=[ScriptedReply(content="")]))
+    empty = await env.a_generate(rows, client, "scripted", rollouts_per_example=1)
+    floor = {r.example_id: r.reward for r in empty.results}
+    for text in MARKUP_REPLIES:
+        server.set_script(ServerScript(replies=[ScriptedReply(content=text)]))
+        out = await env.a_generate(rows, client, "scripted", rollouts_per_example=1)
+        report.rollouts += len(out.results)
+        for r in out.results:
+            base = floor.get(r.example_id, 0.0)
+            if r.reward > base + 1e-9:
+                paid = {k: round(v, 4) for k, v in r.metrics.items() if v}
+                report.problems.append(
+                    f"markup replies: {text!r} earns {r.reward:.4f} on row {r.example_id}, an empty reply "
+                    f"{base:.4f} ({paid}); score the text a user reads (vf.reply_text / vf.strip_markup)")
 
 
 def _check_static(env: Environment, report: CheckReport) -> None:
@@ -130,9 +161,14 @@ async def a_check_environment(
     num_examples: int = 3,
     rollouts_per_example: int = 2,
     check_garbage: bool = True,
+    check_markup: bool = True,
     raise_on_problem: bool = True,
 ) -> CheckReport:
-    """Check ``env``; raise `EnvironmentCheckError` listing every problem (or return the report)."""
+    """Check ``env``; raise `EnvironmentCheckError` listing every problem (or return the report).
+
+    ``check_markup``: replies made of chat markup tokens (`MARKUP_REPLIES`) must not out-earn
+    an empty reply on any row (reward hacking a tokenizer's multi-character tokens).
+    """
     report = CheckReport(env=env.env_id or type(env).__name__)
     if not isinstance(env, Environment):
         raise EnvironmentCheckError(f"{type(env).__name__} is not a verifiers Environment")
@@ -153,6 +189,8 @@ async def a_check_environment(
                 # A reward function must score garbage (0), not raise on it.
                 _check_outputs("garbage replies", bad, len(rows), names, report)
                 report.rollouts += len(bad.results)
+            if check_markup:
+                await _check_markup(env, rows, client, server, report)
         finally:
             await client.close()
     if report.problems and raise_on_problem:

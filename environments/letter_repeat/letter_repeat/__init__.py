@@ -17,15 +17,14 @@ import verifiers as vf
 __all__ = ["letter_fraction", "load_environment", "make_rows", "stops_short"]
 
 
-def _text(completion: vf.Messages | str) -> str:
-    if isinstance(completion, str):
-        return completion
-    return "".join(str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
-
-
 def letter_fraction(completion: vf.Messages, answer: str) -> float:
-    """Share of the reply's characters (whitespace ignored) that are the requested letter; 0 when empty."""
-    chars = [c for c in _text(completion) if not c.isspace()]
+    """Share of the reply's characters (whitespace ignored) that are the requested letter; 0 when empty.
+
+    The reply is read as a user reads it (``vf.reply_text``): a sampled markup token such as
+    ``<tool_call>`` counts for nothing, where its eleven characters would otherwise pay 1/11
+    for an ``a`` or a ``c`` for one token, a hack a random model finds before the letter.
+    """
+    chars = [c for c in vf.reply_text(completion) if not c.isspace()]
     if not chars:
         return 0.0
     return sum(c == answer for c in chars) / len(chars)
@@ -33,7 +32,7 @@ def letter_fraction(completion: vf.Messages, answer: str) -> float:
 
 def stops_short(completion: vf.Messages, answer: str) -> float:
     """1.0 when the reply is exactly the letter (a zero-weight metric: did the model learn to stop?)."""
-    return float(_text(completion).strip() == answer)
+    return float(vf.reply_text(completion).strip() == answer)
 
 
 def make_rows(n: int, letters: str, rng: random.Random) -> list[dict[str, str]]:

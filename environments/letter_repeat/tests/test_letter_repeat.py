@@ -25,6 +25,13 @@ def test_rewards_count_the_letter() -> None:
     assert stops_short(msg("bb"), "b") == 0.0
 
 
+def test_markup_tokens_earn_nothing() -> None:
+    # the vLLM path once collapsed onto four sampled <tool_call> tokens, which paid 1/11 for "a" and "c"
+    for letter in "ac":
+        assert letter_fraction(msg("<tool_call>" * 4), letter) == 0.0
+        assert letter_fraction(msg("<think>" + letter + "</think><|im_end|>"), letter) == 1.0
+
+
 def test_rows_use_only_the_given_letters() -> None:
     rows = make_rows(200, "xy", random.Random(1))
     assert {r["answer"] for r in rows} == {"x", "y"}

@@ -24,11 +24,15 @@ Think step by step inside <think>...</think>, then give only the reversed text i
 
 
 def lcs_reward(completion: vf.Messages, answer: str, parser: vf.Parser) -> float:
-    """LCS similarity between the parsed ``<answer>`` and the reversed text (0.0 without an answer)."""
+    """LCS similarity between the parsed ``<answer>`` and the reversed text (0.0 without an answer).
+
+    Markup tokens inside the answer (``<tool_call>``, ``<|im_end|>``) are not text the user reads,
+    so they neither match nor count against the answer.
+    """
     parsed = parser.parse_answer(completion)
     if parsed is None:
         return 0.0
-    return lcs_similarity(parsed, answer)
+    return lcs_similarity(vf.strip_markup(parsed), answer)
 
 
 def load_environment(
