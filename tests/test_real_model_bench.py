@@ -1,0 +1,48 @@
+"""benchmarks/real_model.py's split of pass@1 into format and arithmetic, on rollouts built by hand.
+
+The evaluations themselves take minutes on the real model (run by hand; the figures are in
+docs/models.md); what is checked here is that ``cut``, ``answered`` and ``accuracy_answered``
+mean what the docs say they mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import verifiers as vf
+
+
+@pytest.fixture(scope="module")
+def bench(benchmark_script: Callable[[str], Any]) -> Any:
+    return benchmark_script("real_model")
+
+
+def reply(text: str, reward: float, cut: bool = False) -> vf.RolloutResult:
+    return vf.RolloutResult(example_id=0, prompt=[{"role": "user", "content": "2 + 3"}],
+                            completion=[{"role": "assistant", "content": text}], reward=reward,
+                            is_truncated=cut)
+
+
+def test_readable_answers_are_boxed_numbers_or_bare_numbers(bench: Any) -> None:
+    assert bench.readable_answer("So 2 + 3 = \\boxed{5}.")
+    assert bench.readable_answer(" -12\n")
+    assert bench.readable_answer("\\boxed{1,200}")
+    assert not bench.readable_answer("The answer is 5")  # no box: the grader does not read it
+    assert not bench.readable_answer("\\boxed{5")  # a box cut short
+    assert not bench.readable_answer("\\boxed{five}")
+
+
+def test_pass1_splits_into_answered_and_accuracy_among_answered(bench: Any) -> None:
+    results = [
+        reply("\\boxed{5}", 1.0),
+        reply("\\boxed{6}", 0.0),
+        reply("5", 1.0),
+        reply("Let me think step by step about 2 + 3. First", 0.0, cut=True),
+        reply("It is five.<|im_end|>", 0.0),
+    ]
+    figures = bench.answer_figures(results)
+    assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4)}
+    assert bench.answer_figures([reply("no", 0.0)])["accuracy_answered"] is None
