@@ -51,6 +51,10 @@ SUCCESS_TARGET = 0.6
 RL_GAIN_TARGET = 0.3
 TRUNCATED_TARGET = 0.05
 TRAIN_S_TARGET = 60 * 60
+EVAL_TIMEOUT_S = 3600.0
+"""An evaluated agent program's wall-clock limit: 200 programs share one 2-core engine, so a
+program's run is mostly its wait in the queue (the default 300 s cut 70% of the untrained
+model's rollouts, whose replies run to ``max_tokens``)."""
 
 
 def recipe(program: bool) -> tuple[Path, dict[str, Any]]:
@@ -99,15 +103,35 @@ def tool_figures(results: Sequence[Any]) -> dict[str, float]:
 
 
 async def evaluate(client: Any, env: Any, examples: int, samples: int, max_tokens: int) -> dict[str, Any]:
-    """Success (reward 1: the boxed answer is right), truncation and tool use on the held-out split."""
+    """Success (reward 1: the boxed answer is right), truncation and tool use on the held-out split.
+
+    A rollout that errored or was stopped by a wall-clock limit (an agent program's ``timeout_s``,
+    which under one engine serving 200 programs is the queue's length, not the model's doing)
+    makes the evaluation refuse: its figures would count the machine's speed as the model's failure.
+    """
     from verifiers.eval.summary import summarize
 
     t = time.perf_counter()
+    done = 0
+
+    def tick(_: Any) -> None:  # a line at most every 30 s: an evaluation takes minutes
+        nonlocal done, last
+        done += 1
+        if time.perf_counter() - last >= 30:
+            last = time.perf_counter()
+            print(f"  evaluating: {done}/{examples * samples} rollouts, {last - t:.0f} s", flush=True)
+
+    last = t
     out = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
-                               num_examples=examples, rollouts_per_example=samples, max_concurrent=256)
+                               num_examples=examples, rollouts_per_example=samples, max_concurrent=256,
+                               on_rollout=tick)
     s = summarize(out.results, samples)
     if s.n_errored:
         raise SystemExit(f"real_agent.py: {s.n_errored} rollouts errored: {s.errors_by_type}")
+    timeouts = sum(r.stop_reason == "timeout" for r in out.results)
+    if timeouts:
+        raise SystemExit(f"real_agent.py: {timeouts} of {s.n} rollouts hit the agent program's timeout_s; "
+                         f"the evaluation gives programs {EVAL_TIMEOUT_S:.0f} s, raise it (or lower --samples)")
     assert s.reward is not None
     truncated = sum(r.is_truncated for r in out.results)
     return {"success": round(s.reward.mean, 4), f"pass{samples}": round(s.pass_at_k[samples], 4),
@@ -160,6 +184,8 @@ def evaluate_model(model: str | Path, envs: dict[str, Any], args: argparse.Names
 
 
 def eval_envs(env_id: str, env_args: dict[str, Any], with_no_tools: bool) -> dict[str, Any]:
+    if env_args.get("program"):  # every program waits for one engine serving all of them at once
+        env_args = {**env_args, "timeout_s": EVAL_TIMEOUT_S}
     envs = {"tools": load_env(env_id, env_args)}
     check_splits(envs["tools"])
     if with_no_tools:

@@ -241,3 +241,14 @@ def test_a_step_trains_on_a_two_row_rollout(
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
     assert any(bool(g.any()) for g in grads[0])
+
+
+def test_rollouts_cut_by_a_wall_clock_limit_are_counted() -> None:
+    """`rollouts/timeouts`: an agent program killed at its `timeout_s` is not the policy's doing (a
+    slow server's queue is), so the step says how many there were instead of training on them silently."""
+    results = groups(set())
+    _, plain = assembler().build(results, 0, "cpu")
+    assert plain["rollouts/timeouts"] == 0
+    results[1][0].stop_reason, results[1][0].is_truncated = "timeout", True
+    _, metrics = assembler().build(results, 0, "cpu")
+    assert metrics["rollouts/timeouts"] == 1

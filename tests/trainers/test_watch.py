@@ -121,3 +121,14 @@ def test_a_run_without_any_signal_warns_in_the_log_and_the_metrics(
     assert [r["watch/zero_spread_steps"] for r in rows] == [1.0, 2.0, 3.0]
     assert [r.get("watch/collapse_warning") for r in rows] == [None, 1.0, None]
     assert log.getvalue().count("every group's rewards have been equal for 2 steps") == 1
+
+
+def test_a_step_with_timed_out_rollouts_says_so_in_its_line() -> None:
+    from trainers.grpo.run.watch import RunWatch
+
+    lines: list[str] = []
+    watch = RunWatch(lines.append, plain=True, max_steps=2, start_step=0, every_steps=1, every_s=30.0,
+                     degenerate_steps=5, masks_truncated=False, filters_groups=False)
+    watch.step(1, {"reward": 0.5, "loss": 0.1, "rollouts/timeouts": 3.0})
+    watch.step(2, {"reward": 0.5, "loss": 0.1, "rollouts/timeouts": 0.0})
+    assert "timeouts 3" in lines[0] and "timeouts" not in lines[1]

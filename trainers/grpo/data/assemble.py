@@ -156,7 +156,8 @@ class BatchAssembler:
 
         Lengths and the clipped ratio are per trained rollout (a rollout of several rows: its
         rows' trained tokens together; clipped when one of its rows is). ``rollouts/trained``
-        counts rollouts, ``rollouts/rows_per_rollout`` their mean number of rows,
+        counts rollouts, ``rollouts/timeouts`` those cut by a wall-clock limit (an agent program's
+        ``timeout_s``: under a slow server that is the server's latency, not the policy's doing), ``rollouts/rows_per_rollout`` their mean number of rows,
         ``rollouts/prefix_breaks`` the model calls that did not extend an earlier call and
         ``rollouts/token_in_share`` (only with agent programs' follow-up calls) the share of those
         follow-ups that continued the earlier call's exact ids.
@@ -174,6 +175,7 @@ class BatchAssembler:
             "clipped": float(sum(clipped.values())), "n/rl": float(len(lengths)),
             "rows": float(sum(1 for r in rows if not r.is_expert)), "prefix_breaks": float(breaks),
             "errors": sum(1 for r in results if r.error),
+            "timeouts": sum(1 for r in results if r.stop_reason == "timeout"),
             "scoring_errors": sum(1 for r in results if r.scoring_errors),
             "follow_ups": float(sum(1 for r in results for t in r.tokens if t.follow_up)),
             "token_in": float(sum(1 for r in results for t in r.tokens if t.follow_up and t.token_in)),
@@ -192,6 +194,7 @@ class BatchAssembler:
             "completions/clipped_ratio": tot["clipped"] / tot["n/rl"],
             "rollouts/errors": tot["errors"],
             "rollouts/scoring_errors": tot["scoring_errors"],
+            "rollouts/timeouts": tot["timeouts"],
             "rollouts/trained": tot["n/rl"],
             "rollouts/rows_per_rollout": tot["rows"] / tot["n/rl"],
             "rollouts/prefix_breaks": tot["prefix_breaks"],

@@ -120,6 +120,8 @@ class RunWatch:
             parts.append(f"eval/reward {metrics['eval/reward']:.4f}")
         if metrics.get("rollouts/scoring_errors"):
             parts.append(f"scoring_errors {int(metrics['rollouts/scoring_errors'])}")
+        if metrics.get("rollouts/timeouts"):
+            parts.append(f"timeouts {int(metrics['rollouts/timeouts'])}")
         return " | ".join(parts)
 
     def _degenerate(self, step: int, metrics: dict[str, float]) -> None:
