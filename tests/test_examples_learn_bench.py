@@ -84,7 +84,7 @@ def test_main_prints_one_row_per_run_and_the_json_last(bench: Any, monkeypatch: 
     calls = []
 
     def fake_train(name: str, seed: int, out: Path, max_steps: int | None, timeout: float,
-                   threads: int | None) -> tuple[list[float], float, str | None]:
+                   threads: int | None, precision: str | None = None) -> tuple[list[float], float, str | None]:
         calls.append((name, seed, max_steps))
         return curves.get((name, seed), [1.0] * 20), 2.5, "exit 1: boom" if (name, seed) == ("dapo", 1) else None
 
@@ -93,7 +93,8 @@ def test_main_prints_one_row_per_run_and_the_json_last(bench: Any, monkeypatch: 
     lines = capsys.readouterr().out.strip().splitlines()
     out = json.loads(lines[-1])
     assert code == 1 and calls == [("mix", 0, 20), ("mix", 1, 20), ("dapo", 0, 20), ("dapo", 1, 20)]
-    assert len(lines) == 5 and "NOT MET" in lines[1] and "boom" in lines[3]
+    assert len(lines) == 6 and "NOT MET" in lines[1] and "boom" in lines[3]
+    assert lines[4] == "met per config: mix 1/2, dapo 1/2" and out["met_per_config"] == {"mix": "1/2", "dapo": "1/2"}
     assert [(r["config"], r["seed"], r["met"]) for r in out["runs"]] == [
         ("mix", 0, True), ("mix", 1, False), ("dapo", 0, True), ("dapo", 1, False)]
     first = out["runs"][0]
@@ -101,3 +102,22 @@ def test_main_prints_one_row_per_run_and_the_json_last(bench: Any, monkeypatch: 
     assert first["target"] == "first10 <= 0.2 and last10% >= 0.8"
     assert out["runs"][3]["error"] == "exit 1: boom"  # a failed run is not met, even with good rewards
     assert (out["targets_met"], out["all_met"], out["max_steps"]) == ("2/4", False, 20)
+
+
+def test_the_quickstart_runs_ten_seeds_by_default_from_the_first_seed_given(
+        bench: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls = []
+
+    def fake_train(name: str, seed: int, out: Path, max_steps: int | None, timeout: float,
+                   threads: int | None, precision: str | None = None) -> tuple[list[float], float, str | None]:
+        calls.append((name, seed, precision))
+        return [0.0] * 10 + [1.0] * 10, 1.0, None
+
+    monkeypatch.setattr(bench, "train", fake_train)
+    assert bench.main(["--configs", "quickstart", "mix", "--mixed-precision", "bf16"]) == 0
+    assert calls == [("quickstart", s, "bf16") for s in range(10)] + [("mix", s, "bf16") for s in range(3)]
+    calls.clear()
+    assert bench.main(["--configs", "quickstart", "--seeds", "2", "--first-seed", "10"]) == 0
+    assert calls == [("quickstart", 10, None), ("quickstart", 11, None)]
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["met_per_config"] == {"quickstart": "2/2"} and out["mixed_precision"] is None
