@@ -235,6 +235,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="every run's mixed_precision (default: the config's)")
     p.add_argument("--configs", nargs="+", metavar="NAME",
                    help=f"config names (default: every eligible one; {', '.join(SLOW)} only when named)")
+    p.add_argument("--skip", nargs="+", metavar="NAME", default=[],
+                   help="leave these configs out of the default set (e.g. the Quickstart, run on its own seeds)")
     p.add_argument("--max-steps", type=int, default=None,
                    help="override every config's max_steps: smoke runs only (the targets are for the shipped budgets)")
     p.add_argument("--threads", type=int, default=None,
@@ -254,7 +256,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    names = eligible(args.configs)
+    names = [n for n in eligible(args.configs) if n not in args.skip]
     targets = {n: config_target(CONFIGS / f"{n}.toml") for n in names}  # a missing target fails before any run
     runs: list[dict[str, Any]] = []
     load = os.getloadavg()

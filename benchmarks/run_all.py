@@ -4,6 +4,7 @@
     python benchmarks/run_all.py                          # each benchmark's own defaults (an hour or more)
     python benchmarks/run_all.py --quick --only trainer_step,gateway_overhead
     python benchmarks/run_all.py --quick --no-readme      # print the table, leave benchmarks/README.md alone
+    python benchmarks/run_all.py --learning [--only quickstart_f32,real_agent_seed1] [--fresh]
 
 Each benchmark runs as its own process (never two at once: the reference machine has 2 cores)
 and prints one JSON object as its last stdout line; that line is parsed into rows of the
@@ -15,6 +16,15 @@ smoke figure, noisier than the benchmark's own defaults give. The Quickstart's l
 is whole even then (under a minute); the agentic one stops after 150 of its 500 RL steps, so
 its target is marked "(shortened run)"; the example configs' runs (``examples_learn``) are whole
 but on one seed instead of three.
+
+``--learning`` reruns every learning figure the README and docs quote instead (the Quickstart on
+ten seeds in both precisions and at one thread, every example config on its seeds, RL through an
+agent program on seeds 0-5, the vLLM path against the embedded one, the real model's arithmetic
+and tool use on seeds 0-2; about seven hours on 2 cores, see ``_learning_claims.py``). Each unit's
+result is kept under ``--results`` (default ``runs/learning``) and reused by the next run, so the
+whole set can be finished over several sittings (``--fresh`` reruns all); the table (claim,
+config, seed, target, figure, met) is written to ``benchmarks/LEARNING.md`` and the JSON to
+``--results``/learning.json, and is the last stdout line.
 
 The table is rewritten in ``benchmarks/README.md`` between the ``<!-- run_all:begin -->`` and
 ``<!-- run_all:end -->`` markers; with ``--only``, rows of the benchmarks not run are kept as
@@ -40,6 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
+LEARNING = HERE / "LEARNING.md"
 BEGIN, END = "<!-- run_all:begin -->", "<!-- run_all:end -->"
 SHORTENED = {"agentic_learning"}  # runs that --quick cuts short (fewer RL steps than the recipe)
 COLUMNS = ("benchmark", "figure", "ours", "peer", "ratio", "target", "met", "date", "load", "settings")
@@ -344,14 +355,40 @@ def update_readme(text: str, rows: list[Row], ran: set[str]) -> str:
     return f"{head}{BEGIN}\n{table(merged)}\n{END}{tail}"
 
 
+def learning(only: list[str], results: Path, fresh: bool, write: bool) -> int:
+    """``--learning``: every learning claim's units, their table in LEARNING.md, the JSON last."""
+    sys.path.insert(0, str(HERE))
+    from _learning_claims import run_learning
+    from _learning_claims import table as claims_table
+
+    rows, summary = run_learning(results, only, fresh)
+    text = claims_table(rows)
+    print(text)
+    (results / "learning.md").write_text(text + "\n")
+    (results / "learning.json").write_text(json.dumps(summary, indent=1))
+    if write:
+        LEARNING.write_text(f"# Learning claims\n\nWritten by `python benchmarks/run_all.py --learning` "
+                            f"({summary['met']} met; units reused from earlier sittings keep their dates).\n\n"
+                            f"{text}\n")
+        print(f"[run_all] learning table written to {LEARNING.relative_to(ROOT)}")
+    print(json.dumps(summary))
+    return 0 if summary["not_met"] == 0 and summary["unknown"] == 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short settings (~20-25 minutes on 2 cores)")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite the table in benchmarks/README.md")
     ap.add_argument("--log-dir", type=Path, default=None, help="where each benchmark's output goes")
+    ap.add_argument("--learning", action="store_true", help="rerun every learning claim instead (hours; resumable)")
+    ap.add_argument("--results", type=Path, default=ROOT / "runs" / "learning",
+                    help="--learning: where each unit's result is kept and reused")
+    ap.add_argument("--fresh", action="store_true", help="--learning: rerun units that have a kept result")
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
+    if args.learning:
+        return learning(names, args.results, args.fresh, not args.no_readme)
     unknown = sorted(set(names) - {b.name for b in BENCHES})
     if unknown:
         ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(b.name for b in BENCHES)}")

@@ -109,3 +109,84 @@ def test_examples_learn_gives_one_row_per_config_with_every_seed(run_all: Any) -
         "0.04 → 1.00 / 0.03 → 0.22", "first10 <= 0.2 and last10% >= 0.8", "**no** (1/2)")
     assert rows[1].met == "yes (1/1)"
     assert "examples_learn" in {b.name for b in run_all.BENCHES}
+
+
+# -- --learning: every learning claim, resumable ----------------------------------------------------
+@pytest.fixture(scope="module")
+def claims(benchmark_script: Callable[[str], Any]) -> Any:
+    return benchmark_script("_learning_claims")
+
+
+REAL_AGENT = {"config": "examples/configs/calculator_smollm2.toml", "program": False, "seed": 1,
+              "success_before": 0.01, "success_after_warmup": 0.275, "success_after": 1.0, "rl_gain": 0.725,
+              "tool_call_rate": 1.0, "valid_call_rate": 1.0, "turns_mean": 2.0, "truncated_share": 0.0,
+              "train_s": 2455.0, "targets_met": True}
+
+
+def fake_unit(claims: Any, tmp_path: Path, name: str, out: dict[str, Any] | None, **kw: Any) -> Any:
+    """A real child process standing in for a benchmark: it counts its runs, prints progress, then its JSON."""
+    script = tmp_path / f"{name}.py"
+    body = f"print(json.dumps({out!r}))" if out is not None else "raise SystemExit(2)"
+    script.write_text(f"import json, pathlib\np = pathlib.Path({str(tmp_path / (name + '.runs'))!r})\n"
+                      f"p.write_text(str(int(p.read_text() or 0) + 1) if p.exists() else '1')\n"
+                      f"print('training...', flush=True)\n{body}\n")
+    return claims.Unit(name, str(script), (), kw.pop("rows", claims.real_agent_rows), kw.pop("timeout_s", 60), **kw)
+
+
+def runs(tmp_path: Path, name: str) -> int:
+    path = tmp_path / f"{name}.runs"
+    return int(path.read_text()) if path.exists() else 0
+
+
+def test_learning_units_run_once_and_are_reused_until_fresh(claims: Any, tmp_path: Path) -> None:
+    units = [fake_unit(claims, tmp_path, "agent", REAL_AGENT), fake_unit(claims, tmp_path, "broken", None)]
+    echoed: list[str] = []
+    rows, summary = claims.run_learning(tmp_path / "results", [], False, echoed.append, chosen=units)
+    assert [(r.claim, r.config, r.seed, r.met) for r in rows] == [
+        ("a real model learns a tool", "calculator_smollm2.toml", "1", True), ("broken", "—", "—", None)]
+    assert "0.010 → 0.275 (warm-up) → 1.000; RL +0.725" in rows[0].figure and rows[0].seconds == 2455.0
+    assert rows[1].figure.startswith("NOT RUN: exit 2, no JSON line")
+    assert summary["met"] == "1/2" and summary["unknown"] == 1 and summary["ran"] == ["agent", "broken"]
+    assert "[agent] training..." in echoed  # a long unit's progress is shown as it comes
+    # a second sitting reuses the finished unit and retries the failed one
+    _, again = claims.run_learning(tmp_path / "results", [], False, echoed.append, chosen=units)
+    assert (runs(tmp_path, "agent"), runs(tmp_path, "broken")) == (1, 2)
+    assert again["reused"] == ["agent"] and again["ran"] == ["broken"]
+    claims.run_learning(tmp_path / "results", ["agent"], True, echoed.append, chosen=units)
+    assert (runs(tmp_path, "agent"), runs(tmp_path, "broken")) == (2, 2)
+    with pytest.raises(SystemExit, match="unknown unit.*nope.*choose from agent, broken"):
+        claims.run_learning(tmp_path / "results", ["nope"], False, echoed.append, chosen=units)
+
+
+def test_a_unit_whose_extra_is_missing_or_that_hangs_is_a_row_saying_so(claims: Any, tmp_path: Path) -> None:
+    missing = fake_unit(claims, tmp_path, "needs", REAL_AGENT, needs="no_such_module_for_this_test")
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(60)\n")
+    hung = claims.Unit("hung", str(hang), (), claims.real_agent_rows, 1.5)
+    rows, _ = claims.run_learning(tmp_path / "results", [], False, lambda _: None, chosen=[missing, hung])
+    assert runs(tmp_path, "needs") == 0
+    assert "skipped: `import no_such_module_for_this_test` fails" in rows[0].figure
+    assert "timed out after 2 s" in rows[1].figure
+
+
+def test_vllm_rows_compare_each_seed_with_the_embedded_run(claims: Any) -> None:
+    out = {"runs": [{"shape": "h96", "path": p, "seed": s, "reward_last": r, "wall_s": 100.0}
+                    for p, s, r in [("embedded", 0, 0.99), ("vllm", 0, 0.95), ("embedded", 1, 0.98),
+                                    ("vllm", 1, 0.42)]]}
+    rows = claims.vllm_rows(out)
+    assert [(r.seed, r.met) for r in rows] == [("0", True), ("1", False)]
+    assert "gap 0.560" in rows[1].figure
+
+
+def test_every_unit_is_named_once_and_its_flags_are_its_script_s(claims: Any) -> None:
+    import subprocess
+    import sys
+
+    units = claims.units()
+    assert len({u.name for u in units}) == len(units)
+    assert all(u.script_path.is_file() for u in units)
+    for script in ("examples_learn", "real_model", "real_agent", "vllm_train"):  # the ones with argparse
+        usage = subprocess.run([sys.executable, str(claims.HERE / f"{script}.py"), "--help"], capture_output=True,
+                               text=True, cwd=str(claims.ROOT), timeout=120).stdout
+        flags = {a for u in units if u.script == script for a in u.args if a.startswith("--")}
+        assert flags and all(f in usage for f in flags), (script, flags - {f for f in flags if f in usage})
