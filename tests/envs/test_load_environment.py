@@ -114,3 +114,28 @@ def test_a_checkout_package_loads_without_an_install(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path / "environments")  # elsewhere the id is still unknown, with the fix named
     with pytest.raises(vf.ConfigError, match="pip install -e"):
         vf.load_environment(f"vf-missing-{uuid.uuid4().hex[:6]}")
+
+
+def test_an_environment_named_like_the_library_it_wraps_lives_in_module_env(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library owns the id's module name (reasoning-gym's ``reasoning_gym``): the environment's
+    source is ``environments/<module>_env``, which the loader finds after the library."""
+    module = f"vf_tmp_lib_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / f"{module}.py").write_text("VALUE = 1\n")  # the library: no load_environment
+    pkg = tmp_path / "environments" / f"{module}_env" / f"{module}_env"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"import {module}\n" + ENV_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site"), *sys.path])
+    try:
+        env = vf.load_environment(module.replace("_", "-"), num_examples=2)
+        assert len(env.get_dataset().rows) == 2
+        monkeypatch.chdir(tmp_path / "environments")  # no checkout here: the library alone is named as such
+        sys.modules.pop(f"{module}_env", None)
+        monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.endswith(f"{module}_env")])
+        with pytest.raises(vf.EnvError, match=f"module '{module}' has no load_environment.*{module}_env"):
+            vf.load_environment(module.replace("_", "-"))
+    finally:
+        sys.modules.pop(module, None)
+        sys.modules.pop(f"{module}_env", None)

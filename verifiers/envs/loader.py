@@ -26,35 +26,52 @@ log = logging.getLogger(__name__)
 
 def _find_loader(env_id: str) -> Any:
     module = module_name(env_id)
-    try:
-        imported = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise  # the package exists but one of its own imports is missing
-    else:
-        fn = getattr(imported, "load_environment", None)
-        if fn is None:
-            raise EnvError(f"module {module!r} has no load_environment(**kwargs) function")
+    fn, shadowed = _import_loader(module)
+    if fn is not None:
         return fn
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in (env_id, module):
             return ep.load()
-    root = _checkout_folder(env_id)
-    if root is not None:
+    # An environment that wraps a library of the same name (reasoning-gym wraps `reasoning_gym`)
+    # cannot take the library's module name: its source is <module>_env.
+    for candidate in (env_id, f"{env_id}-env"):
+        if candidate != env_id and (fn := _import_loader(module_name(candidate))[0]) is not None:
+            return fn  # importable already (installed without its entry point, or on sys.path)
+        root = _checkout_folder(candidate)
+        if root is None:
+            continue
         # Code from the working directory runs here: say so (docs/security.md), once per environment.
         log.warning(
             "environment %r is not installed: importing it from %s in the working directory "
             "(install it, e.g. `pip install -e %s`, to load the installed copy instead)",
-            env_id, root, _install_target(root, env_id),
+            env_id, root, _install_target(root, candidate),
         )
         sys.path.insert(0, str(root))
-        return _find_loader(env_id)
+        fn, _ = _import_loader(module_name(candidate))
+        if fn is not None:
+            return fn
+    if shadowed:
+        raise EnvError(f"module {module!r} has no load_environment(**kwargs) function (if it is a library, name "
+                       f"the environment's module {module}_env and register it under the "
+                       f"{ENTRY_POINT_GROUP!r} entry point {env_id!r})")
     raise ConfigError(
         f"environment {env_id!r} is not installed (no module {module!r}, no "
         f"{ENTRY_POINT_GROUP!r} entry point named so, and no checkout under "
         f"{Path.cwd() / ENVIRONMENTS_DIR}). Install it with `vf-install {env_id}` "
         f"or `pip install -e environments/{module}`, or run from the folder that holds environments/{module}."
     )
+
+
+def _import_loader(module: str) -> tuple[Any, bool]:
+    """``module.load_environment`` (or None), and whether ``module`` imported without one."""
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise  # the package exists but one of its own imports is missing
+        return None, False
+    fn = getattr(imported, "load_environment", None)
+    return fn, fn is None
 
 
 def _checkout_folder(env_id: str) -> Path | None:
