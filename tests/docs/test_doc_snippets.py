@@ -152,6 +152,9 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (ENVS, "tools#1"): Run(prelude='import verifiers as vf\nrows = [{"question": "look up cat", "answer": "cat"}]\n',
                            epilogue='assert env.oai_tools[0]["function"]["name"] == "lookup"\n',
                            why="the page's import and a dataset"),
+    (ENVS, "task-libraries-reasoning-gym#1"): Run(
+        prelude="import verifiers as vf\n", why="the page's import; the loader finds environments/reasoning_gym_env",
+        epilogue="assert len(env.dataset) == 1000 and len(mix.eval_dataset) == 100\n"),
     (ENVS, "running#1"): Run(subs=(("http://localhost:8000/v1", "{BASE}"),),
                              prelude=_ENV_EXAMPLE + "env = load_environment()\n",
                              epilogue="assert len(out.reward) == 200\n",
