@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "benchmarks") not in sys.path:  # the benchmarks' own helpers (_progress), however this is loaded
+    sys.path.insert(0, str(ROOT / "benchmarks"))
 CONFIG = ROOT / "examples" / "configs" / "calculator_smollm2.toml"
 PROGRAM_CONFIG = ROOT / "examples" / "configs" / "calculator_program_smollm2.toml"
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -109,22 +111,14 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
     which under one engine serving 200 programs is the queue's length, not the model's doing)
     makes the evaluation refuse: its figures would count the machine's speed as the model's failure.
     """
+    from _progress import Ticker
+
     from verifiers.eval.summary import summarize
 
     t = time.perf_counter()
-    done = 0
-
-    def tick(_: Any) -> None:  # a line at most every 30 s: an evaluation takes minutes
-        nonlocal done, last
-        done += 1
-        if time.perf_counter() - last >= 30:
-            last = time.perf_counter()
-            print(f"  evaluating: {done}/{examples * samples} rollouts, {last - t:.0f} s", flush=True)
-
-    last = t
     out = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
                                num_examples=examples, rollouts_per_example=samples, max_concurrent=256,
-                               on_rollout=tick)
+                               on_rollout=Ticker("evaluating", examples * samples))
     s = summarize(out.results, samples)
     if s.n_errored:
         raise SystemExit(f"real_agent.py: {s.n_errored} rollouts errored: {s.errors_by_type}")

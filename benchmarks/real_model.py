@@ -48,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "benchmarks") not in sys.path:  # the benchmarks' own helpers (_progress), however this is loaded
+    sys.path.insert(0, str(ROOT / "benchmarks"))
 CONFIG = ROOT / "examples" / "configs" / "arithmetic_smollm2.toml"
 DEFAULT_MODEL = "smollm2-135m-instruct"
 SERVED = "smollm2"
@@ -128,15 +130,19 @@ def answer_figures(results: list[Any]) -> dict[str, float | None]:
 async def evaluate(client: Any, env: Any, examples: int, samples: int, max_tokens: int,
                    concurrency: int) -> dict[str, Any]:
     """pass@1, pass@k, mean reward, greedy accuracy, truncation and tokens/s on the evaluation split."""
+    from _progress import Ticker
+
     from verifiers.eval.summary import summarize
 
     t = time.perf_counter()
     sampled = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
-                                   num_examples=examples, rollouts_per_example=samples, max_concurrent=concurrency)
+                                   num_examples=examples, rollouts_per_example=samples, max_concurrent=concurrency,
+                                   on_rollout=Ticker("sampling", examples * samples))
     sampled_s = time.perf_counter() - t
     t = time.perf_counter()
     greedy = await env.a_evaluate(client, SERVED, {"temperature": 0.0, "max_tokens": max_tokens},
-                                  num_examples=examples, rollouts_per_example=1, max_concurrent=concurrency)
+                                  num_examples=examples, rollouts_per_example=1, max_concurrent=concurrency,
+                                  on_rollout=Ticker("greedy", examples))
     greedy_s = time.perf_counter() - t
     s, g = summarize(sampled.results, samples), summarize(greedy.results, 1)
     errors = s.n_errored + g.n_errored

@@ -46,3 +46,16 @@ def test_pass1_splits_into_answered_and_accuracy_among_answered(bench: Any) -> N
     figures = bench.answer_figures(results)
     assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4)}
     assert bench.answer_figures([reply("no", 0.0)])["accuracy_answered"] is None
+
+
+def test_long_evaluations_print_a_progress_line_at_most_every_interval(bench: Any) -> None:
+    from _progress import Ticker  # real_model.py put the benchmarks' folder on sys.path
+
+    lines: list[str] = []
+    quiet = Ticker("sampling", 400, every_s=3600.0, echo=lambda text, **_: lines.append(text))
+    for _ in range(400):
+        quiet()
+    assert lines == []  # nothing before the interval: a fast evaluation stays quiet
+    chatty = Ticker("sampling", 400, every_s=0.0, echo=lambda text, **_: lines.append(text))
+    chatty()
+    assert lines[0].startswith("  sampling: 1/400 rollouts, ") and "s left" in lines[0]
