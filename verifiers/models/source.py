@@ -46,6 +46,7 @@ def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Pat
     path = Path(spec).expanduser()
     if path.is_dir():
         if (path / "config.json").is_file():
+            _check_intact(path, say)
             return path
         gguf = find_gguf(path)
         if gguf is not None:
@@ -69,6 +70,18 @@ def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Pat
             f"{', '.join(sorted(KNOWN))}) or a Hugging Face model id such as 'Qwen/Qwen2.5-0.5B-Instruct'"
         )
     return download_model(spec, log=log)
+
+
+def _check_intact(path: Path, log: Callable[[str], None]) -> None:
+    """A directory we converted (it has a source record) must still hold what was written."""
+    from verifiers.models.manifest import SOURCE_FILE, intact
+
+    if not (path / SOURCE_FILE).is_file():
+        return  # a save_pretrained directory of someone else's: nothing recorded to check against
+    problems = intact(path, log)
+    if problems:
+        raise ConfigError(f"{path} changed since it was converted ({'; '.join(problems)}): convert it again "
+                          "(`vf-model get NAME` for a registry model, or delete the directory and pass the .gguf)")
 
 
 def _stderr(line: str) -> None:
