@@ -78,18 +78,17 @@ def check_conversion_deps() -> None:
 
 
 def gguf_architecture(path: str | Path) -> str:
-    """The ``general.architecture`` field of a GGUF file's header (``llama``, ``gemma3``, ...)."""
+    """The ``general.architecture`` field of a GGUF file's header (``llama``, ``gemma3``, ...); a file
+    whose header does not read as GGUF is a one-line `ConfigError` (`gguf_check.read_architecture`)."""
+    _need_gguf()
+    from verifiers.models.gguf_check import read_architecture
+
+    return read_architecture(path)
+
+
+def _need_gguf() -> None:
     if importlib.util.find_spec("gguf") is None:
         raise ConfigError(f"reading a GGUF file needs the gguf package: {install_command('gguf')}")
-    from gguf import GGUFReader
-
-    try:
-        field = GGUFReader(str(path)).fields.get("general.architecture")
-    except (ValueError, OSError) as exc:  # bad magic, truncated file
-        raise ConfigError(f"{path} is not a readable GGUF file: {exc}") from None
-    if field is None:
-        raise ConfigError(f"{path} has no general.architecture field: it is not a model GGUF file")
-    return str(field.contents())
 
 
 def supported_architectures() -> list[str]:
@@ -156,6 +155,11 @@ def convert_into(src: Path, target: Path, *, dtype: str = "float32", sha256: str
     tmp = temp_sibling(target)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
+    if arch not in supported_architectures():
+        raise _conversion_error(src, arch, None)
+    from verifiers.models.gguf_check import check_gguf
+
+    check_gguf(src, dtype=dtype)  # before anything is allocated: an inconsistent file is one line
     log(f"converting {src.name} ({size_text(src.stat().st_size)}) to {dtype} safetensors in {target} …")
     t0 = time.monotonic()
     try:
@@ -214,7 +218,7 @@ def _dequantize_and_save(src: Path, out: Path, *, dtype: str, arch: str) -> None
     _check_tokenizer_survived(tok, out, src)
 
 
-def _conversion_error(src: Path, arch: str, exc: Exception) -> ConfigError:
+def _conversion_error(src: Path, arch: str, exc: Exception | None) -> ConfigError:
     supported = supported_architectures()
     if arch not in supported:
         return ConfigError(
