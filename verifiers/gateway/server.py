@@ -30,6 +30,13 @@ from verifiers.gateway.dialects import anthropic as messages_api
 from verifiers.gateway.dialects import responses as responses_api
 from verifiers.gateway.records import GatewayCall, SessionLimits
 from verifiers.gateway.session import Reply, Session, TokenPrompt
+from verifiers.gateway.validate import (
+    MAX_BODY_BYTES,
+    BodyError,
+    check_chat,
+    check_sampling,
+    parse_body,
+)
 from verifiers.gateway.wire import error_body, models_json, sse_events
 from verifiers.tools.background_loop import BackgroundLoop
 from verifiers.types import SamplingArgs
@@ -39,6 +46,10 @@ MAX_CLOSED_IDS = 100_000
 _OTHER_ROUTES = {"completions": "legacy text completions"}
 _SERVED = ("POST /chat/completions, POST /responses (GET and DELETE /responses/<id>), POST /messages "
            "(Anthropic), GET /models")
+
+
+def _unreadable(exc: Exception) -> str:
+    return f"the request body has a field of an unexpected shape ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def _json(status: int, payload: dict[str, Any]) -> web.Response:
@@ -153,7 +164,7 @@ class InterceptionGateway:
 
     # -- HTTP
     def _app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/s/{sid}/v1/chat/completions", self._chat)
         app.router.add_post("/s/{sid}/v1/responses", self._responses)
         app.router.add_get("/s/{sid}/v1/responses/{rid}", self._stored_response)
@@ -189,16 +200,16 @@ class InterceptionGateway:
         return session
 
     @staticmethod
-    async def _body(request: web.Request) -> tuple[bytes, dict[str, Any]] | str:
-        """The request's bytes and JSON object, or what is wrong with them."""
-        raw = await request.read()
+    async def _body(request: web.Request) -> tuple[bytes, dict[str, Any]] | BodyError:
+        """The request's bytes and JSON object, or what is wrong with them (`verifiers.gateway.validate`)."""
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return f"the request body is not JSON: {exc}"
-        if not isinstance(body, dict):
-            return "the request body must be a JSON object"
-        return raw, body
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return BodyError(413, f"the request body is larger than the gateway's limit of {MAX_BODY_BYTES:,} bytes")
+        try:
+            return raw, parse_body(raw)
+        except BodyError as exc:
+            return exc
 
     @staticmethod
     def _retry_count(request: web.Request) -> int:
@@ -221,9 +232,13 @@ class InterceptionGateway:
         if isinstance(session, web.Response):
             return session
         read = await self._body(request)
-        if isinstance(read, str):
-            return _json(400, error_body(read))
+        if isinstance(read, BodyError):
+            return _json(read.status, error_body(read.message))
         raw, body = read
+        try:
+            check_chat(body)
+        except DialectError as exc:
+            return _json(exc.status, error_body(exc.message, param=exc.param))
         status, payload = await session.handle(body, self._retry_count(request), raw)
         if status != 200 or not body.get("stream"):
             return _json(status, payload)
@@ -236,13 +251,17 @@ class InterceptionGateway:
         if isinstance(session, web.Response):
             return session
         read = await self._body(request)
-        if isinstance(read, str):
-            return _json(400, error_body(read))
+        if isinstance(read, BodyError):
+            return _json(read.status, error_body(read.message))
         raw, body = read
         try:
+            check_sampling(body)
             translated = responses_api.to_chat(body, session.responses)
+            check_chat(translated.chat)
         except DialectError as exc:
             return _json(exc.status, error_body(exc.message, code=exc.code, param=exc.param))
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:  # a shape no check foresaw
+            return _json(400, error_body(_unreadable(exc)))
 
         def render(reply: Reply, call: GatewayCall | None) -> Reply:
             status, payload = reply
@@ -278,13 +297,17 @@ class InterceptionGateway:
         if isinstance(session, web.Response):
             return session
         read = await self._body(request)
-        if isinstance(read, str):
-            return _json(400, messages_api.error_json(400, read))
+        if isinstance(read, BodyError):
+            return _json(read.status, messages_api.error_json(read.status, read.message))
         raw, body = read
         try:
+            check_sampling(body)
             translated = messages_api.to_chat(body)
+            check_chat(translated.chat)
         except DialectError as exc:
             return _json(exc.status, messages_api.error_json(exc.status, exc.message))
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:  # a shape no check foresaw
+            return _json(400, messages_api.error_json(400, _unreadable(exc)))
 
         def render(reply: Reply, call: GatewayCall | None) -> Reply:
             status, payload = reply

@@ -127,10 +127,11 @@ def _assistant(content: Any) -> dict[str, Any]:
             continue  # opaque to anyone but its issuer
         elif kind == "tool_use":
             data = block.get("input")
-            arguments = data if isinstance(data, str) else json.dumps(data if data is not None else {},
-                                                                      ensure_ascii=False)
+            if not isinstance(data, dict):  # what the Messages API itself refuses: never invented as {}
+                shown = json.dumps(data, ensure_ascii=False)[:80]
+                raise DialectError(f"an assistant message: a tool_use block's 'input' must be an object, got {shown}")
             calls.append({"id": str(block.get("id")), "type": "function",
-                          "function": {"name": str(block.get("name")), "arguments": arguments}})
+                          "function": {"name": str(block.get("name")), "arguments": json.dumps(data, ensure_ascii=False)}})
         else:
             raise DialectError(f"an assistant message: content block type {kind!r} is not supported by the "
                                "gateway (it runs no server tools)")
@@ -232,16 +233,25 @@ def message_object(chat_reply: dict[str, Any], request: MessagesRequest, model: 
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if reasoning:
         blocks.append({"type": "thinking", "thinking": reasoning, "signature": ""})
-    if message.get("content"):
-        blocks.append({"type": "text", "text": message["content"]})
+    text = message.get("content") or ""
+    calls = []
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
-        data = parse_arguments(fn.get("arguments") or "{}")
-        blocks.append({"type": "tool_use", "id": call.get("id") or new_id("toolu"), "name": fn.get("name", ""),
-                       "input": data if isinstance(data, dict) else {}})
+        raw = fn.get("arguments") if isinstance(fn.get("arguments"), str) else json.dumps(fn.get("arguments"))
+        data = parse_arguments(raw)
+        if isinstance(data, dict):
+            calls.append({"type": "tool_use", "id": call.get("id") or new_id("toolu"), "name": fn.get("name", ""),
+                          "input": data})
+        else:  # tool input is an object in this API: a call whose arguments are not one stays the text it was
+            text += f'<tool_call>\n{{"name": {json.dumps(fn.get("name", ""))}, "arguments": {raw}}}\n</tool_call>'
+    if text:
+        blocks.append({"type": "text", "text": text})
+    blocks.extend(calls)
     if not blocks:
         blocks.append({"type": "text", "text": ""})
     finish = choice.get("finish_reason") or "stop"
+    if finish == "tool_calls" and not calls:
+        finish = "stop"  # no call was delivered: the turn ended
     stop_reason = _STOP.get(finish, "end_turn")
     matched = choice.get("stop_reason")  # vLLM names the stop string that ended the reply
     stop_sequence = matched if isinstance(matched, str) and matched in request.stop_sequences else None

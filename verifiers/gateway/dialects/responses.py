@@ -149,8 +149,11 @@ class _Builder:
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise DialectError("a function_call item needs 'call_id' and 'name'", param="input")
             arguments = item.get("arguments")
-            if not isinstance(arguments, str):  # a program that keeps them parsed
-                arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+            if isinstance(arguments, dict):  # a program that keeps them parsed
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            elif not isinstance(arguments, str):  # the API's field is the string the model wrote: never invented
+                raise DialectError("a function_call item needs 'arguments', the string the model wrote, got "
+                                   f"{json.dumps(arguments)[:80]}", param="input")
             self._current().setdefault("tool_calls", []).append({
                 "id": call_id, "type": "function", "function": {"name": name, "arguments": arguments},
             })
