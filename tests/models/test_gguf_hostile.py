@@ -84,6 +84,27 @@ def test_metadata_describing_a_model_the_file_does_not_hold(tiny_gguf: Any, tmp_
     wide = _copy(tiny_gguf, tmp_path, "wide.gguf")
     _set_field(wide, "llama.embedding_length", 8192)
     _refused(wide, tmp_path / "cache", r"embedding_length is 8,192 but token_embd.weight has shape")
+    ffn = _copy(tiny_gguf, tmp_path, "ffn.gguf")
+    _set_field(ffn, "llama.feed_forward_length", 10_000_000)  # transformers would build a 15 GB MLP from it
+    _refused(ffn, tmp_path / "cache", r"feed_forward_length is 10,000,000 but blk.0.ffn_up.weight has shape")
+
+
+def test_metadata_implying_a_far_larger_model_is_refused_even_without_the_tensor_to_compare(
+        tmp_path: Path) -> None:
+    from verifiers.models.gguf_check import _implied_parameters
+
+    class Field:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+        def contents(self) -> int:
+            return self.value
+
+    class Reader:
+        fields = {"llama.embedding_length": Field(4096), "llama.feed_forward_length": Field(14336),
+                  "llama.block_count": Field(32)}
+
+    assert 6.5e9 < _implied_parameters(Reader(), "llama", 32000) < 8.5e9  # a Llama-7B-shaped description
 
 
 def test_the_memory_a_conversion_needs_is_checked_against_the_limit(tiny_gguf: Any, tmp_path: Path,

@@ -148,15 +148,15 @@ def _check_tensors(path: Path, reader: Any, size: int) -> dict[str, tuple[list[i
 
 def _check_metadata(path: Path, reader: Any, arch: str, tensors: dict[str, tuple[list[int], int]]) -> int:
     """The model the metadata describes is the model the tensors are; the number of blocks."""
-    present = {int(m.group(1)) for name in tensors if (m := _BLOCK.match(name))}
+    blocks_present = {int(m.group(1)) for name in tensors if (m := _BLOCK.match(name))}
     declared = _field(reader, f"{arch}.block_count")
     if declared is not None:
         if not isinstance(declared, int) or declared < 0:
             raise GGUFFileError(f"{path}: {arch}.block_count is {declared!r}")
-        missing = sorted(set(range(declared)) - present)
-        if missing or (present and max(present) >= declared):
+        missing = sorted(set(range(declared)) - blocks_present)
+        if missing or (blocks_present and max(blocks_present) >= declared):
             raise GGUFFileError(f"{path}: the metadata describes {declared:,} blocks ({arch}.block_count) but the file "
-                                f"holds tensors for {len(present):,} (blk.0 to blk.{max(present, default=-1)}): "
+                                f"holds tensors for {len(blocks_present):,} (blk.0 to blk.{max(blocks_present, default=-1)}): "
                                 "it does not contain the model its metadata describes")
     embd = tensors.get("token_embd.weight")
     width = _field(reader, f"{arch}.embedding_length")
@@ -166,7 +166,27 @@ def _check_metadata(path: Path, reader: Any, arch: str, tensors: dict[str, tuple
     if embd is not None and vocab is not None and len(vocab.data) not in embd[0]:
         raise GGUFFileError(f"{path}: the tokenizer has {len(vocab.data):,} tokens but token_embd.weight has shape "
                             f"{embd[0]}")
-    return len(present)
+    ff = _field(reader, f"{arch}.feed_forward_length")
+    up = tensors.get("blk.0.ffn_up.weight")
+    if isinstance(ff, int) and up is not None and ff not in up[0]:
+        raise GGUFFileError(f"{path}: {arch}.feed_forward_length is {ff:,} but blk.0.ffn_up.weight has shape {up[0]}")
+    implied = _implied_parameters(reader, arch, len(vocab.data) if vocab is not None else 0)
+    present = sum(n for _, n in tensors.values())
+    if implied > 4 * present + 10_000_000:
+        raise GGUFFileError(f"{path}: the metadata describes a model of about {implied:,} parameters but the file "
+                            f"holds {present:,}: it does not contain the model its metadata describes")
+    return len(blocks_present)
+
+
+def _implied_parameters(reader: Any, arch: str, vocab: int) -> int:
+    """A rough size of the model the metadata describes (what transformers would allocate), from its
+    widths: embeddings plus, per block, attention (4 d^2 at most) and a gated MLP (3 d f)."""
+    def number(key: str) -> int:
+        value = _field(reader, f"{arch}.{key}")
+        return value if isinstance(value, int) and value > 0 else 0
+
+    width, ff, blocks = number("embedding_length"), number("feed_forward_length"), number("block_count")
+    return vocab * width + blocks * (4 * width * width + 3 * width * ff)
 
 
 def available_bytes() -> int | None:
