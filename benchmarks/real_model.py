@@ -66,6 +66,17 @@ def config_env() -> tuple[str, dict[str, Any]]:
     return cfg["env_id"], dict(cfg.get("env_args", {}))
 
 
+REASONING_GYM = ("chain_sum", "basic_arithmetic", "leg_counting", "letter_counting", "spell_backward", "gsm_symbolic")
+"""The reasoning-gym datasets of the baseline's ``--reasoning-gym`` (arithmetic, counting, spelling, word
+problems: tasks a 135M model scores above zero on, and one it should not)."""
+
+
+def reasoning_gym_envs(names: str) -> list[tuple[str, dict[str, Any]]]:
+    """``reasoning-gym`` environments for a comma list of dataset names (each its own held-out split)."""
+    return [("reasoning-gym", {"dataset": n, "size": 200, "num_eval_examples": 100, "seed": 0})
+            for n in names.split(",") if n]
+
+
 def other_envs() -> list[tuple[str, dict[str, Any]]]:
     """The two further environments of the baseline (their own defaults but a 0-20 operand range)."""
     return [("reverse-text", {}), ("doublecheck", {"max_operand": 20})]
@@ -116,12 +127,19 @@ def answer_figures(results: list[Any]) -> dict[str, float | None]:
     that states an answer the grader reads (``answered``) and the accuracy among those (``accuracy_answered``).
 
     pass@1 is about ``answered * accuracy_answered``: a lift in the first is the model learning to
-    answer briefly in the asked format, a lift in the second is arithmetic.
+    answer briefly in the asked format, a lift in the second is arithmetic. An environment that
+    reports its own ``answered`` metric (reasoning-gym: an ``<answer>`` tag) is read by it; the
+    others by `readable_answer` (a boxed or bare number).
     """
     from verifiers.parsers.markup import reply_text
 
+    def readable(r: Any) -> bool:
+        if "answered" in r.metrics:
+            return bool(r.metrics["answered"])
+        return readable_answer(reply_text(r.completion))
+
     n = max(len(results), 1)
-    answered = [r for r in results if not r.is_truncated and readable_answer(reply_text(r.completion))]
+    answered = [r for r in results if not r.is_truncated and readable(r)]
     right = sum(r.reward >= 1.0 for r in answered)
     return {"cut": round(sum(r.is_truncated for r in results) / n, 4), "answered": round(len(answered) / n, 4),
             "accuracy_answered": round(right / len(answered), 4) if answered else None}
@@ -234,6 +252,8 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
     examples = 20 if args.quick else args.examples
     others = 20 if args.quick else (args.other_examples or examples)
     envs = {name: load_env(name, kw) for name, kw in specs}
+    for name, kw in reasoning_gym_envs(args.reasoning_gym or ""):
+        envs[f"rg:{kw['dataset']}"] = load_env(name, kw)
     check_splits(envs[env_id], env_id)
     out: dict[str, Any] = {"model": str(model_dir), "examples": examples, "other_examples": others,
                            "samples": args.samples, "max_tokens": args.max_tokens, "threads": args.threads}
@@ -253,8 +273,9 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
             out[name]["agree"] = agree(out[name]["serve"], out[name]["inprocess"])
     first = out[env_id][args.engines.split(",")[0]]
     out["pass1"], out["pass4"], out["greedy"] = first["pass1"], first.get("pass4"), first["greedy"]
+    shipped = [n for n in envs if not n.startswith("rg:")]  # reasoning-gym rows are reported, not targets
     out["targets_met"] = all(out[n].get("agree", True) for n in envs) and all(
-        out[n][k]["reward"] > 0 for n in envs for k in args.engines.split(","))
+        out[n][k]["reward"] > 0 for n in shipped for k in args.engines.split(","))
     return out
 
 
@@ -334,6 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=usable_cores(), help="torch threads of the engine")
     ap.add_argument("--engines", default="serve,inprocess", help="baseline: serve, inprocess or both")
     ap.add_argument("--only-arithmetic", action="store_true", help="baseline: skip the two other environments")
+    ap.add_argument("--reasoning-gym", nargs="?", const=",".join(REASONING_GYM), default=None, metavar="NAMES",
+                    help="baseline: also these reasoning-gym datasets (comma list; alone: "
+                         f"{','.join(REASONING_GYM)}); needs the reasoning-gym extra")
     args = ap.parse_args(argv)
     result = train(args, overrides) if args.train else baseline(args)
     print(json.dumps(result))

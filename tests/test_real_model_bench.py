@@ -59,3 +59,13 @@ def test_long_evaluations_print_a_progress_line_at_most_every_interval(bench: An
     chatty = Ticker("sampling", 400, every_s=0.0, echo=lambda text, **_: lines.append(text))
     chatty()
     assert lines[0].startswith("  sampling: 1/400 rollouts, ") and "s left" in lines[0]
+
+
+def test_an_environment_s_own_answered_metric_decides_what_was_answered(bench: Any) -> None:
+    tagged = reply("<answer>5</answer>", 1.0)
+    tagged.metrics["answered"] = 1.0
+    untagged = reply("5", 0.0)  # a bare number, but reasoning-gym asked for <answer> tags
+    untagged.metrics["answered"] = 0.0
+    assert bench.answer_figures([tagged, untagged]) == {"cut": 0.0, "answered": 0.5, "accuracy_answered": 1.0}
+    assert [kw["dataset"] for _, kw in bench.reasoning_gym_envs("chain_sum,leg_counting")] == ["chain_sum",
+                                                                                                "leg_counting"]
