@@ -179,6 +179,12 @@ def test_the_engine_imports_neither_the_server_nor_vllm():
     assert not found, "the engine reaches up into server/ or vllm/:\n" + found
 
 
+def test_models_sit_below_inference():
+    # verifiers.models (registry, GGUF, tokenizers, templates) is what inference loads: it never reaches up
+    found = _reaching("verifiers.models", "verifiers.inference")
+    assert not found, "verifiers.models reaches up into verifiers.inference:\n" + found
+
+
 def test_vllm_and_the_server_do_not_import_each_other():
     # vllm/ starts and steers vLLM processes: it needs nothing of the embedded HTTP server, nor it of vllm/
     found = _reaching(VLLM, SERVER, *SHIMS) + _reaching(SERVER, VLLM, *SHIMS)

@@ -62,6 +62,11 @@ def is_converted(directory: Path) -> bool:
     return (directory / "config.json").is_file() and any(directory.glob("*.safetensors"))
 
 
+def converted_path(root: Path, sha256: str, dtype: str) -> Path:
+    """Where the conversion of the GGUF with content hash ``sha256`` into ``dtype`` lives under the cache ``root``."""
+    return root / "converted" / f"{sha256[:16]}-{dtype}"
+
+
 def check_dtype(dtype: str) -> str:
     if dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {', '.join(DTYPES)} for a converted GGUF, got {dtype!r}")
@@ -123,7 +128,7 @@ def convert_gguf(path: str | Path, *, dtype: str = "float32", cache_dir: Path | 
     check_dtype(dtype)
     root = cache_dir if cache_dir is not None else cache_root()
     digest = sha256_file(src)
-    target = root / "converted" / f"{digest[:16]}-{dtype}"
+    target = converted_path(root, digest, dtype)
     if is_converted(target) and not (problems := intact(target, log)):
         return target
     with locked(root, f"convert-{digest[:16]}-{dtype}"):

@@ -20,7 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from verifiers.errors import ConfigError
 from verifiers.models.cache import cache_root, locked, temp_sibling
 from verifiers.models.fetch import fetch_gguf, gguf_path
-from verifiers.models.gguf import check_dtype, convert_gguf, convert_into, is_converted, replace_dir
+from verifiers.models.gguf import (
+    check_dtype,
+    convert_gguf,
+    convert_into,
+    converted_path,
+    is_converted,
+    replace_dir,
+)
 from verifiers.models.manifest import changed_files, intact, read_source
 
 
@@ -57,7 +64,7 @@ class ModelEntry(BaseModel):
 
     def converted_dir(self, dtype: str = "float32", root: Path | None = None) -> Path:
         """Where `get_model` puts the conversion (the same place `convert_gguf` uses for this file)."""
-        return (root if root is not None else cache_root()) / "converted" / f"{self.gguf_sha256[:16]}-{dtype}"
+        return converted_path(root if root is not None else cache_root(), self.gguf_sha256, dtype)
 
 
 KNOWN: dict[str, ModelEntry] = {e.name: e for e in [
