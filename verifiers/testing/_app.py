@@ -18,6 +18,7 @@ from aiohttp import web
 
 from verifiers.inference.server.protocol import ERROR_TYPES
 from verifiers.testing.script import CompiledScript, ServerScript, fill, render_chat
+from verifiers.testing.sse import chat_chunks
 
 try:  # optional: faster serialisation when installed
     import orjson
@@ -78,6 +79,15 @@ def _context_error(limit: int, requested: int) -> web.Response:
         f"This model's maximum context length is {limit} tokens. However, you requested "
         f"{requested} tokens in the messages, Please reduce the length of the messages.",
     )
+
+
+async def _stream(request: web.Request, events: list[bytes]) -> web.StreamResponse:
+    stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await stream.prepare(request)
+    for event in events:
+        await stream.write(event)
+    await stream.write_eof()
+    return stream
 
 
 def _json(payload: dict[str, Any]) -> web.Response:
@@ -161,15 +171,12 @@ class ScriptedApp:
             self.n_errors += 1
             status = state.rng.choice(state.error_statuses)
             return None, _error(status, f"scripted failure (HTTP {status})", _RETRY_HEADERS)
-        if body.get("stream"):
-            self.n_errors += 1
-            return None, _error(400, "ScriptedServer does not support stream=true")
         if state.hang_rate and state.rng.random() < state.hang_rate:
             self.n_hangs += 1
             await asyncio.sleep(state.hang_s)
         return body, None
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         state = self.compiled
         body, failure = await self._admit(request, state)
         if failure is not None:
@@ -236,6 +243,9 @@ class ScriptedApp:
         }
         if want_ids:
             payload["prompt_token_ids"] = list(map(ord, prompt))
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return await _stream(request, chat_chunks(payload, include_usage=include_usage))
         return _json(payload)
 
     async def _completions(self, request: web.Request) -> web.Response:
@@ -244,6 +254,9 @@ class ScriptedApp:
         if failure is not None:
             return failure
         assert body is not None
+        if body.get("stream"):
+            self.n_errors += 1
+            return _error(400, "ScriptedServer streams chat completions only (POST /v1/chat/completions)")
         try:
             prompts = _prompts_of(body["prompt"])
             n = _n_of(body)
