@@ -1,7 +1,7 @@
 """The embedded OpenAI-compatible HTTP API (FastAPI) over an `InferenceEngine`.
 
 Endpoints: ``/v1/chat/completions``, ``/v1/completions`` (both with streaming),
-``/v1/models``, ``/health``, ``/tokenize``, ``/detokenize``, and ``/weights/version`` /
+``/inference/v1/generate`` (vLLM's token-in endpoint, `generate`), ``/v1/models``, ``/health``, ``/tokenize``, ``/detokenize``, and ``/weights/version`` /
 ``/weights/reload`` for trainers in another process. Responses follow vLLM's shape,
 including ``prompt_token_ids`` and per-choice ``token_ids`` when ``return_token_ids`` is
 set, plus a ``weight_version`` field naming the policy version that produced them.
@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from verifiers.errors import ConfigError, OverlongPromptError
 from verifiers.inference.engine import InferenceEngine, InvalidRequestError
 from verifiers.inference.server.api import EmbeddedAPI, render_chat
+from verifiers.inference.server.generate import generate
 from verifiers.inference.server.protocol import OpenAIError
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "BodyLimit", "EmbeddedAPI", "create_app", "render_chat"]
@@ -299,6 +300,10 @@ def _add_routes(app: FastAPI, api: EmbeddedAPI, engine: InferenceEngine) -> None
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         return await _run(api.completions, request)
+
+    @app.post("/inference/v1/generate")
+    async def token_generate(request: Request) -> Any:  # vLLM's token-in endpoint (generate.py)
+        return await _run(lambda body: generate(api, body), request)
 
     @app.get("/v1/models")
     async def models() -> Any:

@@ -1,0 +1,74 @@
+"""``POST /inference/v1/generate``: vLLM's token-in endpoint on vf-serve, checked against vLLM's own
+protocol models and the checks a token-in client (prime-rl's renderers) makes on the answer."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+MODEL = "tiny"
+
+
+def generate(server: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    url = server.base_url.removesuffix("/v1") + "/inference/v1/generate"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_token_ids_in_the_greedy_continuation_and_its_logprobs_out(server, ref) -> None:
+    prompt = ref.encode("Once upon a time")
+    status, out = generate(server, {"model": MODEL, "token_ids": prompt, "request_id": "r-1",
+                                    "sampling_params": {"max_tokens": 8, "temperature": 0, "logprobs": 2}})
+    assert status == 200 and out["request_id"] == "r-1" and out["output_mode"] == "tokens"
+    choice = out["choices"][0]
+    assert choice["token_ids"] == ref.greedy(prompt, 8)
+    assert out["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": len(choice["token_ids"]),
+                            "total_tokens": len(prompt) + len(choice["token_ids"])}
+    content = choice["logprobs"]["content"]
+    assert len(content) == len(choice["token_ids"])
+    for token_id, entry in zip(choice["token_ids"], content, strict=True):
+        # both spellings of the token, as vLLM's versions wrote them (renderers checks "token_id:<id>")
+        assert entry["token_id"] == token_id and entry["token"] == f"token_id:{token_id}"
+        assert math.isfinite(entry["logprob"]) and entry["logprob"] <= 0
+        tops = entry["top_logprobs"]
+        assert len(tops) == 2 and tops[0]["logprob"] >= tops[1]["logprob"]
+        assert tops[0]["token_id"] == token_id and tops[0]["rank"] == 1  # greedy: the sampled token is the top one
+        assert tops[0]["logprob"] == pytest.approx(entry["logprob"])
+
+
+def test_vllms_own_protocol_models_read_the_request_and_the_answer(server, ref) -> None:
+    protocol = pytest.importorskip("vllm.entrypoints.scale_out.token_in_token_out.protocol")
+    body = {"model": MODEL, "token_ids": ref.encode("abc"), "return_token_ids": True,
+            "sampling_params": {"max_tokens": 5, "temperature": 1.0, "seed": 3, "n": 2, "logprobs": 0}}
+    protocol.GenerateRequest.model_validate(body)  # what we were sent is a request vLLM takes
+    status, out = generate(server, body)
+    assert status == 200
+    parsed = protocol.GenerateTokensResponse.model_validate(out)
+    assert [c.index for c in parsed.choices] == [0, 1] and parsed.prompt_token_ids == body["token_ids"]
+    assert all(len(c.logprobs.content) == len(c.token_ids) for c in parsed.choices)
+
+
+def test_text_mode_and_what_is_refused_by_name(server, ref) -> None:
+    prompt = ref.encode("hello")
+    status, out = generate(server, {"token_ids": prompt, "output_mode": "text",
+                                    "sampling_params": {"max_tokens": 6, "temperature": 0,
+                                                        "skip_special_tokens": True}})
+    assert status == 200 and out["choices"][0]["text"] == ref.decode(out["choices"][0]["token_ids"])
+    assert out["choices"][0]["logprobs"] is None
+    for body, where in [({"token_ids": []}, "token_ids"),
+                        ({"token_ids": [-1]}, "negative"),
+                        ({"token_ids": prompt, "stream": True}, "stream=true is not supported"),
+                        ({"token_ids": prompt, "sampling_params": {"return_sampling_mask": True}},
+                         "return_sampling_mask not supported"),
+                        ({"token_ids": prompt, "model": "other"}, "does not exist")]:
+        status, err = generate(server, body)
+        assert 400 <= status < 500 and where in json.dumps(err), (body, err)
