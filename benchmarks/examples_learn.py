@@ -56,6 +56,7 @@ after. The exit status is 0 when every target was met.
     python benchmarks/examples_learn.py                      # every eligible config on seeds 0-2, the Quickstart 0-9
     python benchmarks/examples_learn.py --configs mix dapo --seeds 1
     python benchmarks/examples_learn.py --max-steps 20       # a smoke run: the targets are for full budgets
+    python benchmarks/examples_learn.py --configs quickstart -- --num_generations 16   # a recipe change, 10 seeds
 """
 
 from __future__ import annotations
@@ -199,10 +200,11 @@ def summarize(config: str, seed: int, target: Target, rewards: list[float], seco
 
 
 def train(config: str, seed: int, out: Path, max_steps: int | None, timeout: float,
-          threads: int | None, precision: str | None = None) -> tuple[list[float], float, str | None]:
+          threads: int | None, precision: str | None = None,
+          overrides: tuple[str, ...] = ()) -> tuple[list[float], float, str | None]:
     """``vf-train CONFIG --seed S`` in its own process: the RL rewards, the wall time and an error (or None)."""
     cmd = [sys.executable, "-m", "trainers.grpo.cli", str(CONFIGS / f"{config}.toml"), "--seed", str(seed),
-           "--output_dir", str(out), "--overwrite_output_dir", "true", *QUIET]
+           "--output_dir", str(out), "--overwrite_output_dir", "true", *QUIET, *overrides]
     if max_steps is not None:
         cmd += ["--max_steps", str(max_steps)]
     if threads is not None:
@@ -226,6 +228,11 @@ def train(config: str, seed: int, out: Path, max_steps: int | None, timeout: flo
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides: list[str] = []
+    if "--" in argv:  # vf-train overrides for every run: trying a recipe change on many seeds
+        i = argv.index("--")
+        argv, overrides = argv[:i], argv[i + 1:]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=None,
                    help="N seeds per config, from --first-seed (default 3; the Quickstart 10)")
@@ -245,6 +252,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
                    help="keep each run's output directory and log under DIR (default: a temporary directory)")
     args = p.parse_args(argv)
+    args.overrides = tuple(overrides)
     if args.seeds is not None and args.seeds < 1:
         p.error("--seeds must be at least 1")
     if args.first_seed < 0:
@@ -268,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             seeds = args.seeds if args.seeds is not None else DEFAULT_SEEDS.get(name, 3)
             for seed in range(args.first_seed, args.first_seed + seeds):
                 rewards, seconds, error = train(name, seed, where / f"{name}-{seed}", args.max_steps,
-                                                args.timeout, args.threads, args.mixed_precision)
+                                                args.timeout, args.threads, args.mixed_precision,
+                                                args.overrides)
                 run = summarize(name, seed, targets[name], rewards, seconds)
                 if error:
                     run["met"], run["error"] = False, error
@@ -284,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     print("met per config: " + ", ".join(f"{n} {k}" for n, k in per_config.items()), flush=True)
     print(json.dumps({"runs": runs, "targets_met": f"{met}/{len(runs)}", "met_per_config": per_config,
                       "all_met": met == len(runs), "max_steps": args.max_steps,
-                      "mixed_precision": args.mixed_precision, "threads": args.threads, "elapsed_s": round(time.perf_counter() - t0, 1),
+                      "mixed_precision": args.mixed_precision, "threads": args.threads,
+                      "overrides": list(args.overrides), "elapsed_s": round(time.perf_counter() - t0, 1),
                       "load_before": [round(x, 2) for x in load],
                       "load_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}))
     return 0 if met == len(runs) else 1

@@ -84,7 +84,8 @@ def test_main_prints_one_row_per_run_and_the_json_last(bench: Any, monkeypatch: 
     calls = []
 
     def fake_train(name: str, seed: int, out: Path, max_steps: int | None, timeout: float,
-                   threads: int | None, precision: str | None = None) -> tuple[list[float], float, str | None]:
+                   threads: int | None, precision: str | None = None,
+                   overrides: tuple[str, ...] = ()) -> tuple[list[float], float, str | None]:
         calls.append((name, seed, max_steps))
         return curves.get((name, seed), [1.0] * 20), 2.5, "exit 1: boom" if (name, seed) == ("dapo", 1) else None
 
@@ -109,15 +110,18 @@ def test_the_quickstart_runs_ten_seeds_by_default_from_the_first_seed_given(
     calls = []
 
     def fake_train(name: str, seed: int, out: Path, max_steps: int | None, timeout: float,
-                   threads: int | None, precision: str | None = None) -> tuple[list[float], float, str | None]:
-        calls.append((name, seed, precision))
+                   threads: int | None, precision: str | None = None,
+                   overrides: tuple[str, ...] = ()) -> tuple[list[float], float, str | None]:
+        calls.append((name, seed, precision, *overrides))
         return [0.0] * 10 + [1.0] * 10, 1.0, None
 
     monkeypatch.setattr(bench, "train", fake_train)
     assert bench.main(["--configs", "quickstart", "mix", "--mixed-precision", "bf16"]) == 0
     assert calls == [("quickstart", s, "bf16") for s in range(10)] + [("mix", s, "bf16") for s in range(3)]
     calls.clear()
-    assert bench.main(["--configs", "quickstart", "--seeds", "2", "--first-seed", "10"]) == 0
-    assert calls == [("quickstart", 10, None), ("quickstart", 11, None)]
+    assert bench.main(["--configs", "quickstart", "--seeds", "2", "--first-seed", "10", "--",
+                       "--num_generations", "16"]) == 0
+    assert calls == [("quickstart", 10, None, "--num_generations", "16"),
+                     ("quickstart", 11, None, "--num_generations", "16")]
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["met_per_config"] == {"quickstart": "2/2"} and out["mixed_precision"] is None
