@@ -1,6 +1,6 @@
 """Does a random tiny model learn key-lookup through an agent program? agent_program.toml, CPU.
 
-Every rollout runs examples/agents/lookup_agent.py (the official openai client) as a subprocess
+Every rollout runs environments/agent_lookup/agent_lookup/lookup_agent.py (the official openai client) as a subprocess
 pointed at a gateway session; the trainer's embedded engine answers its calls. Two runs:
 
 1. the untrained model: one GRPO step of the same config with no warm-up (its reward is the

@@ -191,34 +191,10 @@ def test_vllm_and_the_server_do_not_import_each_other():
     assert not found, "verifiers.inference.vllm and verifiers.inference.server import each other:\n" + found
 
 
-def test_nothing_of_ours_imports_an_old_inference_path():
-    bad = _bad(lambda src, dst: dst in SHIMS)
-    assert not bad, "import the new path (the old flat modules are re-exports for users):\n" + _show(bad)
-
-
-def _reexport_only(name: str) -> bool:
-    """A docstring, imports (one of them ``*`` from one of our modules), maybe ``python -m``'s ``if``."""
-    tree = ast.parse(MODULES[name].read_text())
-    stars = [n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.names[0].name == "*"]
-    defines = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
-    allowed = [
-        isinstance(n, ast.Import | ast.ImportFrom)
-        or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str))
-        or (isinstance(n, ast.If) and ast.unparse(n.test) == "__name__ == '__main__'")
-        for n in tree.body
-    ]
-    reexports = len(stars) == 1 and stars[0] in MODULES
-    return reexports and all(allowed) and not any(isinstance(n, defines) for n in ast.walk(tree))
-
-
-def test_the_old_inference_paths_only_reexport():
-    assert SHIMS, "no old flat paths in verifiers/inference/ (the layout changed? update this test)"
-    bad = [f"  {MODULES[name].relative_to(ROOT)}" for name in SHIMS if not _reexport_only(name)]
-    assert not bad, (
-        "a module directly in verifiers/inference/ is an old path's re-export: a docstring and\n"
-        "`from <new module> import *`, nothing defined; code goes into engine/, server/ or vllm/:\n"
-        + "\n".join(bad)
-    )
+def test_inference_holds_only_its_three_rooms():
+    # the old flat paths (kv.py, api.py, vllm_server.py, ...) were re-exports nobody outside imported: gone
+    assert not SHIMS, "modules directly in verifiers/inference/ (code goes into engine/, server/ or vllm/): " + \
+        ", ".join(SHIMS)
 
 
 # Size limits (REDESIGN.md): the loop that must read top to bottom, and the engine's one class.

@@ -154,7 +154,7 @@ def test_learning_units_run_once_and_are_reused_until_fresh(claims: Any, tmp_pat
     assert again["reused"] == ["agent"] and again["ran"] == ["broken"]
     claims.run_learning(tmp_path / "results", ["agent"], True, echoed.append, chosen=units)
     assert (runs(tmp_path, "agent"), runs(tmp_path, "broken")) == (2, 2)
-    with pytest.raises(SystemExit, match="unknown unit.*nope.*choose from agent, broken"):
+    with pytest.raises(SystemExit, match=r"unknown unit.*nope.*choose from agent, broken"):
         claims.run_learning(tmp_path / "results", ["nope"], False, echoed.append, chosen=units)
 
 

@@ -15,7 +15,7 @@ from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, S
 
 HERE = Path(__file__).parent
 CHAT_ONCE = [sys.executable, str(HERE / "programs" / "chat_once.py")]
-LOOKUP_AGENT = [sys.executable, str(HERE.parents[1] / "examples" / "agents" / "lookup_agent.py")]
+LOOKUP_AGENT = [sys.executable, str(HERE.parents[1] / "environments" / "agent_lookup" / "agent_lookup" / "lookup_agent.py")]
 ROWS = [{"question": "look up A", "answer": "42", "info": {"table": {"A": "42", "B": "17"}, "key": "A"}}]
 
 

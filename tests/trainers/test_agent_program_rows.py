@@ -1,6 +1,6 @@
 """vf-train through an agent program: the rows the learner gets are the program's recorded model calls.
 
-`agent-lookup` runs examples/agents/lookup_agent.py (the official openai client, nothing from
+`agent-lookup` runs environments/agent_lookup/agent_lookup/lookup_agent.py (the official openai client, nothing from
 verifiers) as a subprocess per rollout, pointed at a gateway session answered by the trainer's
 embedded engine. A tiny model taught one correct episode makes the program call ``lookup`` and
 then answer, so each rollout is two recorded calls with the program's tool result between them.

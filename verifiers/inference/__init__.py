@@ -1,5 +1,4 @@
 """Inference: ``engine/`` (continuous batching, KV slots, decoding paths), ``server/`` (the OpenAI
 HTTP API, `vf-serve`) and ``vllm/`` (managing vLLM servers, `vf-vllm`). The server and vllm sit
-above the engine, never the reverse (tests/test_layers.py). The flat modules next to them
-(``kv.py``, ``api.py``, ``vllm_server.py``, ...) are re-exports of the old paths, kept for users.
+above the engine, never the reverse (tests/test_layers.py). Nothing else lives at this level.
 """

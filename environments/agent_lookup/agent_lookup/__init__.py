@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 PROGRAM = Path(__file__).with_name("lookup_agent.py")
-"""The agent program each rollout runs (a copy of examples/agents/lookup_agent.py, checked equal by the tests)."""
+"""The agent program each rollout runs (an OpenAI SDK tool loop; docs/agents.md runs it too)."""
 
 
 def make_rows(n: int, keys: str, num_keys: int, digits: int, rng: random.Random) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ the model makes, and prints the model's final answer. Run it by hand against any
 OpenAI-compatible server:
 
     OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=x OPENAI_MODEL=policy \\
-        VF_TASK="look up A" VF_INFO='{"table": {"A": "42"}}' python examples/agents/lookup_agent.py
+        VF_TASK="look up A" VF_INFO='{"table": {"A": "42"}}' python environments/agent_lookup/agent_lookup/lookup_agent.py
 
 Under `vf.AgentEnv` (environments/agent_lookup) the gateway sets those variables per rollout,
 records every call with its token ids, and the rubric scores the printed answer.

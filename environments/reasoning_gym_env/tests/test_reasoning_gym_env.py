@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from reasoning_gym_env import available_datasets, dataset_options, load_environment  # noqa: E402
+from reasoning_gym_env import available_datasets, dataset_options, load_environment
 
-import verifiers as vf  # noqa: E402
-from verifiers.errors import ConfigError  # noqa: E402
-from verifiers.testing import ScriptedReply, ScriptedServer, ServerScript, check_environment  # noqa: E402
+import verifiers as vf
+from verifiers.errors import ConfigError
+from verifiers.testing import ScriptedReply, ScriptedServer, ServerScript, check_environment
 
 ROOT = Path(__file__).resolve().parents[3]
 FAMILIES = ["chain_sum", "letter_counting", "spell_backward", "gsm_symbolic", "leg_counting", "word_sorting"]
@@ -70,7 +70,7 @@ def test_splits_are_disjoint_and_fixed_by_the_seed() -> None:
 def test_bad_names_and_options_name_the_valid_ones() -> None:
     with pytest.raises(ConfigError, match=r"no dataset 'chain_summ' \(did you mean chain_sum.*the datasets are: ab, "):
         load_environment(dataset="chain_summ")
-    with pytest.raises(ConfigError, match="'chain_sum' has no option.*'digits'.*options are: min_terms, max_terms"):
+    with pytest.raises(ConfigError, match=r"'chain_sum' has no option.*'digits'.*options are: min_terms, max_terms"):
         load_environment(dataset="chain_sum", config={"digits": 3})
     with pytest.raises(ConfigError, match="seed and size are the environment's own arguments"):
         load_environment(dataset="chain_sum", config={"seed": 3})
