@@ -120,7 +120,9 @@ def get_model_and_tokenizer(model_name: str, use_liger: bool = True, model_kwarg
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs = dict(model_kwargs or {})
+    from verifiers.models.offline import load_kwargs
+
+    kwargs = {**load_kwargs(), **(model_kwargs or {})}
     try:
         model = AutoModelForCausalLM.from_pretrained(model_name, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model_name)

@@ -199,7 +199,9 @@ def _dequantize_and_save(src: Path, out: Path, *, dtype: str, arch: str) -> None
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    kwargs: dict[str, Any] = {"gguf_file": src.name, "dtype": getattr(torch, dtype)}
+    from verifiers.models.offline import load_kwargs
+
+    kwargs: dict[str, Any] = {**load_kwargs(), "gguf_file": src.name, "dtype": getattr(torch, dtype)}
     try:  # transformers >= 5.x keeps some GGUF weights packed unless told to dequantize them all
         from transformers import GgufConfig
 

@@ -34,7 +34,9 @@ def load_model_and_tokenizer(
     import torch
     from transformers import AutoModelForCausalLM
 
-    kwargs: dict[str, Any] = {}
+    from verifiers.models.offline import load_kwargs
+
+    kwargs: dict[str, Any] = load_kwargs()
     if _DTYPES[dtype] is not None:
         kwargs["dtype"] = getattr(torch, _DTYPES[dtype])
     model = AutoModelForCausalLM.from_pretrained(str(p), **kwargs).to(device)
