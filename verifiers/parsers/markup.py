@@ -46,4 +46,3 @@ def reply_text(completion: Any) -> str:
         return strip_markup(completion)
     texts = [message_text(m) for m in completion if _field(m, "role") == "assistant"]
     return strip_markup("\n".join(texts))
-
