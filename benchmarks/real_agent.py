@@ -53,6 +53,8 @@ SUCCESS_TARGET = 0.6
 RL_GAIN_TARGET = 0.3
 TRUNCATED_TARGET = 0.05
 TRAIN_S_TARGET = 60 * 60
+PROGRAM_CONCURRENCY = 64
+"""Agent programs evaluated at once (each is a Python process; the engine batches their calls)."""
 EVAL_TIMEOUT_S = 3600.0
 """An evaluated agent program's wall-clock limit: 200 programs share one 2-core engine, so a
 program's run is mostly its wait in the queue (the default 300 s cut 70% of the untrained
@@ -116,8 +118,12 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
     from verifiers.eval.summary import summarize
 
     t = time.perf_counter()
+    from verifiers.envs.agent_env import AgentEnv
+
+    # an agent program is a process of ~64 MB: 256 of them at once took 13 GB beside the engine
+    concurrency = PROGRAM_CONCURRENCY if isinstance(env, AgentEnv) else 256
     out = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
-                               num_examples=examples, rollouts_per_example=samples, max_concurrent=256,
+                               num_examples=examples, rollouts_per_example=samples, max_concurrent=concurrency,
                                on_rollout=Ticker("evaluating", examples * samples))
     s = summarize(out.results, samples)
     if s.n_errored:
