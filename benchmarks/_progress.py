@@ -1,31 +1,50 @@
-"""A plain progress line at most every 30 s for the benchmarks' long evaluations.
+"""A plain progress line at least every 30 s for the benchmarks' long evaluations.
 
-An evaluation of a real model takes minutes (the untrained model's replies run to ``max_tokens``);
-a benchmark that prints nothing for that long looks hung. ``Ticker`` is an ``on_rollout``
-callback for ``Environment.a_evaluate``: done/total, the rate and the time left, one line at a time.
+An evaluation of a real model takes minutes (the untrained model's replies run to ``max_tokens``,
+and a batch of agent programs may finish none of its rollouts for minutes); a benchmark that
+prints nothing for that long looks hung. ``Ticker`` counts finished rollouts (it is the
+``on_rollout`` callback of ``Environment.a_evaluate``) and, used as ``async with``, prints
+done/total, the rate and the time left every ``every_s`` seconds whether or not any finished.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import Any
 
 
 class Ticker:
-    """``on_rollout`` callback printing ``label: done/total rollouts, rate/s, ~left s`` every ``every_s``."""
+    """``on_rollout`` callback; ``async with`` prints ``label: done/total rollouts, ...`` every ``every_s``."""
 
     def __init__(self, label: str, total: int, every_s: float = 30.0, echo: Any = print) -> None:
         self.label, self.total, self.every_s, self.echo = label, total, every_s, echo
         self.done = 0
-        self.t0 = self.last = time.perf_counter()
+        self.t0 = time.perf_counter()
+        self._task: asyncio.Task[None] | None = None
 
     def __call__(self, _: Any = None) -> None:
         self.done += 1
-        now = time.perf_counter()
-        if now - self.last < self.every_s:
-            return
-        self.last = now
-        rate = self.done / max(now - self.t0, 1e-9)
-        left = (self.total - self.done) / rate if rate else float("inf")
-        self.echo(f"  {self.label}: {self.done}/{self.total} rollouts, {rate:.2f}/s, ~{left:.0f} s left, "
-                  f"{now - self.t0:.0f} s so far", flush=True)
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.t0
+        rate = self.done / max(elapsed, 1e-9)
+        left = f"~{(self.total - self.done) / rate:.0f} s left" if self.done else "time left unknown"
+        return f"  {self.label}: {self.done}/{self.total} rollouts, {rate:.2f}/s, {left}, {elapsed:.0f} s so far"
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            self.echo(self.line(), flush=True)
+
+    async def __aenter__(self) -> Ticker:
+        self.t0 = time.perf_counter()
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

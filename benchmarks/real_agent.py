@@ -122,9 +122,10 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
 
     # an agent program is a process of ~64 MB: 256 of them at once took 13 GB beside the engine
     concurrency = PROGRAM_CONCURRENCY if isinstance(env, AgentEnv) else 256
-    out = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
-                               num_examples=examples, rollouts_per_example=samples, max_concurrent=concurrency,
-                               on_rollout=Ticker("evaluating", examples * samples))
+    async with Ticker("evaluating", examples * samples) as ticker:
+        out = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
+                                   num_examples=examples, rollouts_per_example=samples, max_concurrent=concurrency,
+                                   on_rollout=ticker)
     s = summarize(out.results, samples)
     if s.n_errored:
         raise SystemExit(f"real_agent.py: {s.n_errored} rollouts errored: {s.errors_by_type}")

@@ -153,14 +153,16 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
     from verifiers.eval.summary import summarize
 
     t = time.perf_counter()
-    sampled = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
-                                   num_examples=examples, rollouts_per_example=samples, max_concurrent=concurrency,
-                                   on_rollout=Ticker("sampling", examples * samples))
+    async with Ticker("sampling", examples * samples) as ticker:
+        sampled = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
+                                       num_examples=examples, rollouts_per_example=samples,
+                                       max_concurrent=concurrency, on_rollout=ticker)
     sampled_s = time.perf_counter() - t
     t = time.perf_counter()
-    greedy = await env.a_evaluate(client, SERVED, {"temperature": 0.0, "max_tokens": max_tokens},
-                                  num_examples=examples, rollouts_per_example=1, max_concurrent=concurrency,
-                                  on_rollout=Ticker("greedy", examples))
+    async with Ticker("greedy", examples) as ticker:
+        greedy = await env.a_evaluate(client, SERVED, {"temperature": 0.0, "max_tokens": max_tokens},
+                                      num_examples=examples, rollouts_per_example=1, max_concurrent=concurrency,
+                                      on_rollout=ticker)
     greedy_s = time.perf_counter() - t
     s, g = summarize(sampled.results, samples), summarize(greedy.results, 1)
     errors = s.n_errored + g.n_errored

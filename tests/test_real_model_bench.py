@@ -48,17 +48,21 @@ def test_pass1_splits_into_answered_and_accuracy_among_answered(bench: Any) -> N
     assert bench.answer_figures([reply("no", 0.0)])["accuracy_answered"] is None
 
 
-def test_long_evaluations_print_a_progress_line_at_most_every_interval(bench: Any) -> None:
+async def test_long_evaluations_print_a_progress_line_every_interval_even_with_nothing_finished(bench: Any) -> None:
+    import asyncio
+
     from _progress import Ticker  # real_model.py put the benchmarks' folder on sys.path
 
     lines: list[str] = []
-    quiet = Ticker("sampling", 400, every_s=3600.0, echo=lambda text, **_: lines.append(text))
-    for _ in range(400):
-        quiet()
-    assert lines == []  # nothing before the interval: a fast evaluation stays quiet
-    chatty = Ticker("sampling", 400, every_s=0.0, echo=lambda text, **_: lines.append(text))
-    chatty()
-    assert lines[0].startswith("  sampling: 1/400 rollouts, ") and "s left" in lines[0]
+    async with Ticker("sampling", 400, every_s=0.05, echo=lambda text, **_: lines.append(text)) as ticker:
+        await asyncio.sleep(0.12)  # no rollout has finished: a line still comes
+        ticker()
+        await asyncio.sleep(0.08)
+    assert lines[0].startswith("  sampling: 0/400 rollouts, ") and "time left unknown" in lines[0]
+    assert lines[-1].startswith("  sampling: 1/400 rollouts, ") and "s left" in lines[-1]
+    count = len(lines)
+    await asyncio.sleep(0.1)
+    assert len(lines) == count  # the ticker stops with the evaluation
 
 
 def test_an_environment_s_own_answered_metric_decides_what_was_answered(bench: Any) -> None:
