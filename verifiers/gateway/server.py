@@ -37,7 +37,7 @@ from verifiers.gateway.validate import (
     check_sampling,
     parse_body,
 )
-from verifiers.gateway.wire import error_body, models_json, sse_events
+from verifiers.gateway.wire import error_body, models_json, sse_events, sse_response
 from verifiers.tools.background_loop import BackgroundLoop
 from verifiers.types import SamplingArgs
 
@@ -218,15 +218,6 @@ class InterceptionGateway:
         except ValueError:
             return 0
 
-    @staticmethod
-    async def _stream(request: web.Request, events: list[bytes]) -> web.StreamResponse:
-        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await stream.prepare(request)
-        for event in events:
-            await stream.write(event)
-        await stream.write_eof()
-        return stream
-
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         session = self._session(request)
         if isinstance(session, web.Response):
@@ -243,7 +234,7 @@ class InterceptionGateway:
         if status != 200 or not body.get("stream"):
             return _json(status, payload)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return await self._stream(request, sse_events(payload, include_usage=include_usage))
+        return await sse_response(request, sse_events(payload, include_usage=include_usage))
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         """``POST /responses``: one chat call of the session, answered as a Response (or its events)."""
@@ -275,7 +266,7 @@ class InterceptionGateway:
         status, payload = await session.handle(translated.chat, self._retry_count(request), raw, render)
         if status != 200 or not body.get("stream"):
             return _json(status, payload)
-        return await self._stream(request, responses_api.sse_events(payload))
+        return await sse_response(request, responses_api.sse_events(payload))
 
     async def _stored_response(self, request: web.Request) -> web.Response:
         """``GET``/``DELETE /responses/{id}``: a response this session stored."""
@@ -318,7 +309,7 @@ class InterceptionGateway:
         status, payload = await session.handle(translated.chat, self._retry_count(request), raw, render)
         if status != 200 or not body.get("stream"):
             return _json(status, payload)
-        return await self._stream(request, messages_api.sse_events(payload))
+        return await sse_response(request, messages_api.sse_events(payload))
 
     async def _models(self, request: web.Request) -> web.Response:
         """The session's model, listed in the OpenAI shape or, for an Anthropic SDK, in its own."""

@@ -13,6 +13,8 @@ import time
 import uuid
 from typing import Any
 
+from aiohttp import web
+
 from verifiers.clients.response import ModelResponse
 
 PROGRAM_KEYS = ("tool_choice", "parallel_tool_calls", "stop", "response_format")
@@ -91,3 +93,13 @@ def sse_events(reply: dict[str, Any], *, include_usage: bool) -> list[bytes]:
 
 def models_json(model: str) -> dict[str, Any]:
     return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "verifiers"}]}
+
+
+async def sse_response(request: web.Request, events: list[bytes]) -> web.StreamResponse:
+    """Write already-framed server-sent ``events`` as one ``text/event-stream`` answer (aiohttp)."""
+    stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await stream.prepare(request)
+    for event in events:
+        await stream.write(event)
+    await stream.write_eof()
+    return stream

@@ -156,15 +156,19 @@ def convert_into(src: Path, target: Path, *, dtype: str = "float32", sha256: str
             return target
         if not target.is_dir() or any(target.iterdir()):
             raise ConfigError(f"{target} already exists and is not a converted model: choose an empty or new directory")
-    arch = gguf_architecture(src)
+    _need_gguf()
+    from verifiers.models.gguf_check import check_gguf
+
     tmp = temp_sibling(target)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    if arch not in supported_architectures():
-        raise _conversion_error(src, arch, None)
-    from verifiers.models.gguf_check import check_gguf
 
-    check_gguf(src, dtype=dtype)  # before anything is allocated: an inconsistent file is one line
+    def buildable(arch: str) -> None:
+        if arch not in supported_architectures():
+            raise _conversion_error(src, arch, None)
+
+    # before anything is allocated: a malformed, unsupported or inconsistent file is one line
+    arch = check_gguf(src, dtype=dtype, on_architecture=buildable).architecture
     log(f"converting {src.name} ({size_text(src.stat().st_size)}) to {dtype} safetensors in {target} …")
     t0 = time.monotonic()
     try:

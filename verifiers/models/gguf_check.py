@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,15 +55,21 @@ class GGUFFileError(ConfigError):
     """The GGUF file is malformed or inconsistent; the message names the file and the problem."""
 
 
-def read_architecture(path: str | Path) -> str:
-    """Checks 1 and 2 only (the header reads as GGUF): the ``general.architecture`` field."""
+def _open(path: str | Path) -> tuple[Path, int, Any]:
+    """Checks 1 and 2: the path, its size and gguf's reader over it (the file memory-mapped, read once)."""
     path = Path(path)
     try:
         size = path.stat().st_size
     except OSError as exc:
         raise GGUFFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     _check_header(path, size)
-    return _architecture(path, _read(path))
+    return path, size, _read(path)
+
+
+def read_architecture(path: str | Path) -> str:
+    """Checks 1 and 2 only (the header reads as GGUF): the ``general.architecture`` field."""
+    path, _, reader = _open(path)
+    return _architecture(path, reader)
 
 
 def _architecture(path: Path, reader: Any) -> str:
@@ -72,17 +79,18 @@ def _architecture(path: Path, reader: Any) -> str:
     return arch
 
 
-def check_gguf(path: str | Path, *, dtype: str = "float32", max_memory_gb: float | None = None) -> GGUFSummary:
-    """Check ``path`` as described in the module docstring; `GGUFFileError` naming the first problem."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise GGUFFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    _check_header(path, size)
-    reader = _read(path)
-    tensors = _check_tensors(path, reader, size)
+def check_gguf(path: str | Path, *, dtype: str = "float32", max_memory_gb: float | None = None,
+               on_architecture: Callable[[str], None] | None = None) -> GGUFSummary:
+    """Check ``path`` as described in the module docstring; `GGUFFileError` naming the first problem.
+
+    ``on_architecture`` sees the architecture as soon as it is read, before the tensors are checked
+    (a converter refuses one it cannot build there, with its own message).
+    """
+    path, size, reader = _open(path)
     arch = _architecture(path, reader)
+    if on_architecture is not None:
+        on_architecture(arch)
+    tensors = _check_tensors(path, reader, size)
     blocks = _check_metadata(path, reader, arch, tensors)
     parameters = sum(n for _, n in tensors.values())
     need = 2 * parameters * _BYTES.get(dtype, 4) + (1 << 30)

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from verifiers.gateway.wire import sse_response
 from verifiers.inference.server.protocol import ERROR_TYPES
 from verifiers.testing.script import CompiledScript, ServerScript, fill, render_chat
 from verifiers.testing.sse import chat_chunks
@@ -79,15 +80,6 @@ def _context_error(limit: int, requested: int) -> web.Response:
         f"This model's maximum context length is {limit} tokens. However, you requested "
         f"{requested} tokens in the messages, Please reduce the length of the messages.",
     )
-
-
-async def _stream(request: web.Request, events: list[bytes]) -> web.StreamResponse:
-    stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await stream.prepare(request)
-    for event in events:
-        await stream.write(event)
-    await stream.write_eof()
-    return stream
 
 
 def _json(payload: dict[str, Any]) -> web.Response:
@@ -245,7 +237,7 @@ class ScriptedApp:
             payload["prompt_token_ids"] = list(map(ord, prompt))
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return await _stream(request, chat_chunks(payload, include_usage=include_usage))
+            return await sse_response(request, chat_chunks(payload, include_usage=include_usage))
         return _json(payload)
 
     async def _completions(self, request: web.Request) -> web.Response:
