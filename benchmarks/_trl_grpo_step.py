@@ -58,55 +58,46 @@ def letter_fraction(completions: list[Any], answer: list[str], **_: Any) -> list
 
 def main() -> int:
     cfg = json.loads(sys.stdin.read())
-    threads = int(cfg["threads"])
     on_gpu = cfg.get("device", "cpu") == "cuda"
     bf16 = cfg.get("mixed_precision", "no") == "bf16"
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(int(cfg["threads"]))
 
     def sync() -> None:
         if on_gpu:  # kernels are queued, not done, when a call returns: wait before reading a clock
             torch.cuda.synchronize()
-    import transformers
+
     import trl
     from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    steps = int(cfg["warmup_steps"]) + int(cfg["measured_steps"])
-    rows_per_step = int(cfg["prompts_per_step"]) * int(cfg["num_generations"])
+    timer = _step_timer(sync)
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats()
+        print(f"trl: on {torch.cuda.get_device_name(0)} (bf16 autocast: {bf16}), trl {trl.__version__}", flush=True)
+    trainer = GRPOTrainer(
+        model=cfg["model_dir"],
+        reward_funcs=letter_fraction,
+        args=_grpo_config(cfg, on_gpu=on_gpu, bf16=bf16),
+        train_dataset=Dataset.from_list(cfg["rows"]),
+        callbacks=[timer],
+    )
+    gen_s = _time_generation(trainer, sync)
+    trainer.train()
+    print(json.dumps(_report(cfg, trainer, timer, gen_s, on_gpu=on_gpu, bf16=bf16)))
+    return 0
 
-    class StepTimer(TrainerCallback):
-        """Wall time of each optimizer step, and the completion lengths TRL logs for it."""
 
-        def __init__(self) -> None:
-            self.step_s: list[float] = []
-            self.cpu_s: list[float] = []
-            self.lengths: list[float] = []
-            self._t = self._cpu = 0.0
+def _grpo_config(cfg: dict[str, Any], *, on_gpu: bool, bf16: bool) -> Any:
+    """TRL's GRPOConfig as a TRL user sets it for this comparison (see the module docstring)."""
+    from trl import GRPOConfig
 
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            sync()
-            self._t = time.perf_counter()
-            self._cpu = time.process_time()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            sync()
-            self.step_s.append(time.perf_counter() - self._t)
-            self.cpu_s.append(time.process_time() - self._cpu)
-            print(f"trl step {len(self.step_s)}: {self.step_s[-1]:.3f} s (CPU {self.cpu_s[-1]:.3f} s)", flush=True)
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kwargs: Any) -> None:
-            if logs and "completions/mean_length" in logs:
-                self.lengths.append(float(logs["completions/mean_length"]))
-
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=cfg["output_dir"],
         seed=int(cfg["seed"]),
-        max_steps=steps,
-        per_device_train_batch_size=rows_per_step,
+        max_steps=int(cfg["warmup_steps"]) + int(cfg["measured_steps"]),
+        per_device_train_batch_size=int(cfg["prompts_per_step"]) * int(cfg["num_generations"]),
         gradient_accumulation_steps=1,
         num_generations=int(cfg["num_generations"]),
         num_iterations=1,
@@ -137,37 +128,69 @@ def main() -> int:
         log_completions=False,
         dataloader_num_workers=0,
     )
-    timer = StepTimer()
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats()
-        print(f"trl: {steps} steps on {torch.cuda.get_device_name(0)} (bf16 autocast: {bf16}), trl {trl.__version__}",
-              flush=True)
-    trainer = GRPOTrainer(
-        model=cfg["model_dir"],
-        reward_funcs=letter_fraction,
-        args=args,
-        train_dataset=Dataset.from_list(cfg["rows"]),
-        callbacks=[timer],
-    )
+
+
+def _step_timer(sync: Any) -> Any:
+    """A TrainerCallback timing each optimizer step (built here: transformers is imported late)."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        """Wall time of each optimizer step, and the completion lengths TRL logs for it."""
+
+        def __init__(self) -> None:
+            self.step_s: list[float] = []
+            self.cpu_s: list[float] = []
+            self.lengths: list[float] = []
+            self._t = self._cpu = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            sync()
+            self._t = time.perf_counter()
+            self._cpu = time.process_time()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            sync()
+            self.step_s.append(time.perf_counter() - self._t)
+            self.cpu_s.append(time.process_time() - self._cpu)
+            print(f"trl step {len(self.step_s)}: {self.step_s[-1]:.3f} s (CPU {self.cpu_s[-1]:.3f} s)", flush=True)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and "completions/mean_length" in logs:
+                self.lengths.append(float(logs["completions/mean_length"]))
+
+    return StepTimer()
+
+
+def _time_generation(trainer: Any, sync: Any) -> list[float]:
+    """Seconds of each generation batch: TRL's private ``_generate_and_score_completions``, when present."""
     gen_s: list[float] = []
     inner = getattr(trainer, "_generate_and_score_completions", None)
-    if inner is not None:  # private in TRL; timed when present (generation + rewards + advantages)
+    if inner is None:
+        return gen_s
 
-        def timed(*a: Any, **k: Any) -> Any:
+    def timed(*a: Any, **k: Any) -> Any:
+        sync()
+        t = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
             sync()
-            t = time.perf_counter()
-            try:
-                return inner(*a, **k)
-            finally:
-                sync()
-                gen_s.append(time.perf_counter() - t)
+            gen_s.append(time.perf_counter() - t)
 
-        trainer._generate_and_score_completions = timed
-    trainer.train()
+    trainer._generate_and_score_completions = timed
+    return gen_s
+
+
+def _report(cfg: dict[str, Any], trainer: Any, timer: Any, gen_s: list[float], *, on_gpu: bool, bf16: bool) -> dict:
+    import torch
+    import transformers
+    import trl
+
     warm = int(cfg["warmup_steps"])
     measured = timer.step_s[warm:]
     lengths = timer.lengths[warm:] or timer.lengths
-    print(json.dumps({
+    return {
         "trl_version": trl.__version__,
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
@@ -184,8 +207,7 @@ def main() -> int:
         "model_device": str(trainer.model.device),
         "bf16": bf16,
         "peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if on_gpu else None,
-    }))
-    return 0
+    }
 
 
 if __name__ == "__main__":

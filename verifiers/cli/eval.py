@@ -35,13 +35,32 @@ def build_parser() -> argparse.ArgumentParser:
         "vf-eval --view",
     )
     p.add_argument("env", nargs="?", help="environment id (an installed package, '-' becomes '_')")
-    p.add_argument(
+    _add_environment_flags(p.add_argument_group("environment"))
+    _add_model_flags(p.add_argument_group("model and endpoint"))
+    _add_run_flags(p.add_argument_group("the run"))
+    _add_output_flags(p.add_argument_group("saving, resuming and viewing"))
+    _add_legacy_flags(p)
+    return p
+
+
+def _add_environment_flags(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "-a", "--env-args", default="{}", help="JSON object passed to load_environment (default: {})"
     )
-    p.add_argument(
+    g.add_argument(
+        "-p",
+        "--env-dir-path",
+        default=None,
+        help="folder of local environments to import ENV from, before installed ones "
+        "(default: ./environments when it holds ENV)",
+    )
+
+
+def _add_model_flags(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "-m", "--model", default=None, help="model name or endpoints alias (default: gpt-4.1-mini)"
     )
-    p.add_argument(
+    g.add_argument(
         "-b",
         "--base-url",
         "--api-base-url",
@@ -49,13 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="API base URL (default: the alias's, else OpenAI's)",
     )
-    p.add_argument(
+    g.add_argument(
         "-k",
         "--api-key-var",
         default=None,
         help="NAME of the environment variable holding the API key (default: OPENAI_API_KEY)",
     )
-    p.add_argument(
+    g.add_argument(
         "-e",
         "--endpoints",
         "--endpoints-path",
@@ -64,32 +83,60 @@ def build_parser() -> argparse.ArgumentParser:
         help="endpoints registry: TOML, or a 0.1.x endpoints.py with ENDPOINTS, or the folder holding it "
         "(default: ./configs/endpoints.toml, ./configs/endpoints.py, ~/.config/verifiers/endpoints.toml)",
     )
-    p.add_argument(
-        "-p",
-        "--env-dir-path",
-        default=None,
-        help="folder of local environments to import ENV from, before installed ones "
-        "(default: ./environments when it holds ENV)",
+    g.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="extra HTTP header (repeatable)",
     )
-    p.add_argument(
+
+
+def _add_run_flags(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "-n", "--num-examples", type=int, default=5, help="examples to evaluate, -1 for all (default: 5)"
     )
-    p.add_argument(
+    g.add_argument(
         "-r", "--rollouts-per-example", type=int, default=3, help="rollouts per example (default: 3)"
     )
-    p.add_argument(
+    g.add_argument(
         "-c",
         "--max-concurrent",
         type=int,
         default=32,
         help="rollouts in flight, <= 0: no limit (default: 32)",
     )
-    p.add_argument("-t", "--max-tokens", type=int, default=None, help="max_tokens per model call")
-    p.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
-    p.add_argument(
+    g.add_argument("-t", "--max-tokens", type=int, default=None, help="max_tokens per model call")
+    g.add_argument("-T", "--temperature", type=float, default=None, help="sampling temperature")
+    g.add_argument(
         "-S", "--sampling-args", default=None, help="JSON object of sampling args, merged over -t/-T"
     )
-    p.add_argument(
+    g.add_argument("--timeout", type=float, default=None, help="per-rollout timeout in seconds")
+    g.add_argument(
+        "--max-retries",
+        type=int,
+        default=3,
+        help="retries per model request on 429/5xx/timeouts (default: 3)",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no live progress display")
+    g.add_argument(
+        "--progress-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (CI, a pipe): one plain progress line this often, 0: none "
+        "(default: 10)",
+    )
+    g.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the endpoint check before the run (reachable, /v1/models lists the model, key accepted)",
+    )
+    g.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
+
+
+def _add_output_flags(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
         "-s",
         "--save",
         "--save-results",
@@ -97,10 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="save results under the output directory",
     )
-    p.add_argument(
+    g.add_argument(
         "-o", "--output-dir", default=None, help="root of saved runs (default: ./outputs; implies -s)"
     )
-    p.add_argument(
+    g.add_argument(
         "-R",
         "--resume",
         nargs="?",
@@ -109,65 +156,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="resume the latest incomplete run with the same settings (or RUN_DIR); implies -s",
     )
-    p.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra HTTP header (repeatable)",
-    )
-    p.add_argument("--timeout", type=float, default=None, help="per-rollout timeout in seconds")
-    p.add_argument(
-        "--max-retries",
-        type=int,
-        default=3,
-        help="retries per model request on 429/5xx/timeouts (default: 3)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no live progress display")
-    p.add_argument(
-        "--progress-every",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="when stderr is not a terminal (CI, a pipe): one plain progress line this often, 0: none "
-        "(default: 10)",
-    )
-    p.add_argument(
-        "--no-check",
-        action="store_true",
-        help="skip the endpoint check before the run (reachable, /v1/models lists the model, key accepted)",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="more detail, and tracebacks on errors")
-    p.add_argument(
+    g.add_argument(
         "--view", nargs="?", const="", default=None, metavar="RUN_DIR", help="browse saved runs, or one run"
     )
-    p.add_argument(
+    g.add_argument(
         "--report", action="store_true", help="write a self-contained HTML report into the run dir"
     )
-    p.add_argument(
+    g.add_argument(
         "--save-dataset", default=None, metavar="DIR", help="export the run as a HF dataset to DIR"
     )
-    p.add_argument(
+    g.add_argument(
         "-H",
         "--save-to-hf-hub",
         action="store_true",
         help="push the results as a dataset to the Hugging Face Hub (implies -s)",
     )
-    p.add_argument(
+    g.add_argument(
         "-D",
         "--hf-hub-dataset-name",
         default="",
         help="Hub dataset repo for -H (default: <env>--<model>)",
     )
-    p.add_argument(
+    g.add_argument(
         "--fail-threshold",
         type=float,
         default=1.0,
         metavar="SHARE",
         help="exit 1 when at least this share of rollouts errored (default: 1.0 = every rollout)",
     )
-    _add_legacy_flags(p)
-    return p
 
 
 LEGACY_IGNORED = {
