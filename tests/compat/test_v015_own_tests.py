@@ -3,7 +3,7 @@
 Each expectation is read from verifiers 0.1.5's source (file and function cited) and set up the
 way 0.1.5's own tests set things up (``tests/conftest.py``, ``tests/test_*.py`` of its sdist):
 ``unittest.mock`` clients and tokenizers, hand-built states. 0.1.5's whole suite also runs against
-this package, unchanged but for its imports, in ``tests/compat/upstream_v015/``; where we differ on
+this package, fetched from the package index and unchanged (``test_upstream_v015_suite.py``); where we differ on
 purpose, the test here checks what we do instead, and docs/compat.md says why.
 """
 
