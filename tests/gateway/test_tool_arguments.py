@@ -91,3 +91,21 @@ async def test_responses_arguments_pass_as_written_and_a_missing_one_is_refused(
                               {"type": "function_call_output", "call_id": "c1", "output": "42"}]}
     status, error, _ = await _ask(ScriptedReply(content="ok"), "responses", back)
     assert status == 400 and "needs 'arguments', the string the model wrote, got null" in error["error"]["message"]
+
+
+async def test_one_malformed_call_reaches_every_dialect_as_the_text_the_model_wrote() -> None:
+    """One rule on every path (verifiers.gateway.dialects.core): OpenAI's, the arguments as generated."""
+    written = '{"key": "A",'
+    reply = ScriptedReply(content=None, tool_calls=[ScriptedToolCall(name="lookup", arguments=written)])
+    chat_body = {"model": "m", "messages": [{"role": "user", "content": "look up A"}],
+                 "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]}
+    status, chat, _ = await _ask(reply, "chat/completions", chat_body)
+    assert status == 200 and chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == written
+    responses_body = {"model": "m", "input": "look up A",
+                      "tools": [{"type": "function", "name": "lookup", "parameters": {}}]}
+    status, response, _ = await _ask(reply, "responses", responses_body)
+    calls = [item for item in response["output"] if item["type"] == "function_call"]
+    assert status == 200 and [c["arguments"] for c in calls] == [written]
+    status, message, _ = await _ask(reply, "messages", MESSAGES)  # no field for it: the text, and the turn ends
+    assert status == 200 and message["stop_reason"] == "end_turn"
+    assert message["content"] == [{"type": "text", "text": f'<tool_call>\n{{"name": "lookup", "arguments": {written}}}\n</tool_call>'}]

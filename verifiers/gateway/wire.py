@@ -8,7 +8,6 @@ but the program must not see.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from verifiers.clients.response import ModelResponse
+from verifiers.gateway.dialects.core import arguments_text, sse_event
 
 PROGRAM_KEYS = ("tool_choice", "parallel_tool_calls", "stop", "response_format")
 """Request fields the program keeps; every other sampling field is the environment's."""
@@ -56,6 +56,9 @@ def reply_json(response: ModelResponse, model: str, *, keep_logprobs: bool) -> d
     message = dict(choice.get("message") or {})
     if not message.get("tool_calls"):
         message.pop("tool_calls", None)
+    else:  # the model's argument text as it was, valid JSON or not (dialects.core); a server's object as text
+        message["tool_calls"] = [{**call, "function": {**(call.get("function") or {}), "arguments": arguments_text(
+            (call.get("function") or {}).get("arguments"))}} for call in message["tool_calls"]]
     message.setdefault("role", "assistant")
     choice["message"] = message
     out["choices"] = [choice]
@@ -76,9 +79,8 @@ def sse_events(reply: dict[str, Any], *, include_usage: bool) -> list[bytes]:
     message = choice.get("message") or {}
     base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"], "model": reply["model"]}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
-        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse_event({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
 
     events = [chunk({"role": "assistant", "content": message.get("content") or ""})]
     calls = message.get("tool_calls") or []
@@ -86,7 +88,7 @@ def sse_events(reply: dict[str, Any], *, include_usage: bool) -> list[bytes]:
         events.append(chunk({"tool_calls": [{"index": i, **tc} for i, tc in enumerate(calls)]}))
     events.append(chunk({}, choice.get("finish_reason") or "stop"))
     if include_usage and reply.get("usage"):
-        events.append(f"data: {json.dumps({**base, 'choices': [], 'usage': reply['usage']})}\n\n".encode())
+        events.append(sse_event({**base, "choices": [], "usage": reply["usage"]}))
     events.append(b"data: [DONE]\n\n")
     return events
 

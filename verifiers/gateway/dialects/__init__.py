@@ -8,13 +8,15 @@ reply (recorded with its token ids exactly as a chat call is) becomes the dialec
 object or event stream. Nothing is sampled or recorded here, so a rollout trains the same
 whichever dialect its program speaks.
 
+The pieces every dialect builds alike (tools, tool calls and their arguments, reasoning, ids,
+events) are in `verifiers.gateway.dialects.core`; each dialect module is a pair of translations.
+
 `DialectError` is a request the gateway refuses (a built-in tool it cannot run, an unknown
 ``previous_response_id``): an HTTP error with the dialect's own error shape.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -41,14 +43,4 @@ def chat_content(parts: list[dict[str, Any]], text_only: bool = False) -> str | 
     return parts
 
 
-def parse_arguments(arguments: Any) -> Any:
-    """A tool call's arguments as JSON data (the text itself when it is not JSON)."""
-    if not isinstance(arguments, str):
-        return arguments
-    try:
-        return json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments
-
-
-__all__ = ["DialectError", "chat_content", "parse_arguments"]
+__all__ = ["DialectError", "chat_content"]

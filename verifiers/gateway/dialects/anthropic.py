@@ -22,8 +22,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from verifiers.gateway.dialects import DialectError, chat_content, parse_arguments
-from verifiers.gateway.dialects.responses import new_id
+from verifiers.gateway.dialects import DialectError, chat_content
+from verifiers.gateway.dialects.core import (
+    arguments_text,
+    call_as_text,
+    chat_tool_call,
+    function_tool,
+    named_tool_choice,
+    new_id,
+    read_reply,
+    sse_event,
+)
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -130,8 +139,7 @@ def _assistant(content: Any) -> dict[str, Any]:
             if not isinstance(data, dict):  # what the Messages API itself refuses: never invented as {}
                 shown = json.dumps(data, ensure_ascii=False)[:80]
                 raise DialectError(f"an assistant message: a tool_use block's 'input' must be an object, got {shown}")
-            calls.append({"id": str(block.get("id")), "type": "function",
-                          "function": {"name": str(block.get("name")), "arguments": json.dumps(data, ensure_ascii=False)}})
+            calls.append(chat_tool_call(block.get("id"), block.get("name"), arguments_text(data)))
         else:
             raise DialectError(f"an assistant message: content block type {kind!r} is not supported by the "
                                "gateway (it runs no server tools)")
@@ -161,14 +169,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             raise DialectError(f"tool type {kind!r} is a server tool the gateway cannot run (it has no web search, "
                                "code execution, bash, text editor or computer): give the program custom tools "
                                "with an input_schema")
-        # In the chat API's own key order: the SDK client sends them so, and the template renders them so.
-        if not isinstance(tool.get("name"), str):
-            raise DialectError("a custom tool needs a string 'name'")
-        fn: dict[str, Any] = {"name": tool["name"]}
-        if tool.get("description"):
-            fn["description"] = tool["description"]
-        fn["parameters"] = tool["input_schema"]
-        out.append({"type": "function", "function": fn})
+        out.append(function_tool(tool.get("name"), tool.get("description"), tool["input_schema"]))
     return out
 
 
@@ -183,7 +184,7 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
     elif kind == "none":
         chat["tool_choice"] = "none"
     elif kind == "tool" and choice.get("name"):
-        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        chat["tool_choice"] = named_tool_choice(choice["name"])
     else:
         raise DialectError(f"tool_choice {choice!r} is not one of auto, any, tool (with a name), none")
     if choice.get("disable_parallel_tool_use"):
@@ -227,42 +228,30 @@ def to_chat(body: dict[str, Any]) -> MessagesRequest:
 # -- reply ---------------------------------------------------------------------------------
 def message_object(chat_reply: dict[str, Any], request: MessagesRequest, model: str) -> dict[str, Any]:
     """The Message for a chat reply (what ``POST /v1/messages`` answers)."""
-    choice = chat_reply["choices"][0]
-    message = choice.get("message") or {}
+    reply = read_reply(chat_reply)
     blocks: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if reasoning:
-        blocks.append({"type": "thinking", "thinking": reasoning, "signature": ""})
-    text = message.get("content") or ""
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        raw = fn.get("arguments") if isinstance(fn.get("arguments"), str) else json.dumps(fn.get("arguments"))
-        data = parse_arguments(raw)
-        if isinstance(data, dict):
-            calls.append({"type": "tool_use", "id": call.get("id") or new_id("toolu"), "name": fn.get("name", ""),
-                          "input": data})
-        else:  # tool input is an object in this API: a call whose arguments are not one stays the text it was
-            text += f'<tool_call>\n{{"name": {json.dumps(fn.get("name", ""))}, "arguments": {raw}}}\n</tool_call>'
+    if reply.reasoning:
+        blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": ""})
+    # tool input is an object in this API: a call whose arguments are not one stays the text it was (core)
+    text = reply.text + "".join(call_as_text(call) for call in reply.calls if call.value is None)
     if text:
         blocks.append({"type": "text", "text": text})
+    calls = [{"type": "tool_use", "id": call.id or new_id("toolu"), "name": call.name, "input": call.value}
+             for call in reply.calls if call.value is not None]
     blocks.extend(calls)
     if not blocks:
         blocks.append({"type": "text", "text": ""})
-    finish = choice.get("finish_reason") or "stop"
+    finish = reply.finish_reason
     if finish == "tool_calls" and not calls:
         finish = "stop"  # no call was delivered: the turn ended
     stop_reason = _STOP.get(finish, "end_turn")
-    matched = choice.get("stop_reason")  # vLLM names the stop string that ended the reply
-    stop_sequence = matched if isinstance(matched, str) and matched in request.stop_sequences else None
+    stop_sequence = reply.matched_stop if reply.matched_stop in request.stop_sequences else None
     if stop_sequence is not None and finish == "stop":
         stop_reason = "stop_sequence"
-    usage = chat_reply.get("usage") or {}
     return {
         "id": new_id("msg"), "type": "message", "role": "assistant", "model": model, "content": blocks,
         "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-        "usage": {"input_tokens": int(usage.get("prompt_tokens") or 0),
-                  "output_tokens": int(usage.get("completion_tokens") or 0),
+        "usage": {"input_tokens": reply.prompt_tokens, "output_tokens": reply.completion_tokens,
                   "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
     }
 
@@ -272,7 +261,7 @@ def sse_events(message: dict[str, Any]) -> list[bytes]:
     events: list[bytes] = []
 
     def emit(kind: str, **fields: Any) -> None:
-        events.append(f"event: {kind}\ndata: {json.dumps({'type': kind, **fields}, ensure_ascii=False)}\n\n".encode())
+        events.append(sse_event({"type": kind, **fields}, kind))
 
     usage = message["usage"]
     emit("message_start", message={**message, "content": [], "stop_reason": None, "stop_sequence": None,

@@ -19,23 +19,25 @@ response ``incomplete``. A streamed answer is the event sequence of the complete
 
 from __future__ import annotations
 
-import json
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from verifiers.gateway.dialects import DialectError, chat_content
+from verifiers.gateway.dialects.core import (
+    arguments_text,
+    chat_tool_call,
+    function_tool,
+    named_tool_choice,
+    new_id,
+    read_reply,
+    sse_event,
+)
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-
-
-def new_id(prefix: str) -> str:
-    """An id in the API's style (``resp_…``, ``msg_…``, ``fc_…``, ``rs_…``)."""
-    return f"{prefix}_{secrets.token_hex(24)}"
 
 
 @dataclass(slots=True)
@@ -149,14 +151,11 @@ class _Builder:
             if not isinstance(call_id, str) or not isinstance(name, str):
                 raise DialectError("a function_call item needs 'call_id' and 'name'", param="input")
             arguments = item.get("arguments")
-            if isinstance(arguments, dict):  # a program that keeps them parsed
-                arguments = json.dumps(arguments, ensure_ascii=False)
-            elif not isinstance(arguments, str):  # the API's field is the string the model wrote: never invented
+            # the API's field is the string the model wrote (a program may keep it parsed): never invented
+            if not isinstance(arguments, str | dict):
                 raise DialectError("a function_call item needs 'arguments', the string the model wrote, got "
-                                   f"{json.dumps(arguments)[:80]}", param="input")
-            self._current().setdefault("tool_calls", []).append({
-                "id": call_id, "type": "function", "function": {"name": name, "arguments": arguments},
-            })
+                                   f"{arguments_text(arguments)[:80] or 'null'}", param="input")
+            self._current().setdefault("tool_calls", []).append(chat_tool_call(call_id, name, arguments_text(arguments)))
         elif kind == "function_call_output":
             output = item.get("output")
             parts = _parts(output, "a function_call_output")
@@ -190,13 +189,8 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
                 f"tool type {kind!r} is a built-in tool the gateway cannot run (it has no web search, file "
                 "search, computer, code interpreter or hosted MCP): give the program function tools",
                 param="tools", code="unsupported_tool")
-        if not isinstance(tool.get("name"), str):
-            raise DialectError("a function tool needs a string 'name'", param="tools")
-        fn: dict[str, Any] = {"name": tool["name"]}  # in the chat API's key order, as the template renders it
-        for key in ("description", "parameters", "strict"):
-            if tool.get(key) is not None:
-                fn[key] = tool[key]
-        out.append({"type": "function", "function": fn})
+        out.append(function_tool(tool.get("name"), tool.get("description"), tool.get("parameters"),
+                                 strict=tool.get("strict")))
     return out
 
 
@@ -204,7 +198,7 @@ def _tool_choice(choice: Any) -> Any:
     if choice is None or isinstance(choice, str):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and choice.get("name"):
-        return {"type": "function", "function": {"name": choice["name"]}}
+        return named_tool_choice(choice["name"])
     raise DialectError(f"tool_choice {choice!r} is not supported by the gateway: use 'auto', 'none', 'required' "
                        "or {'type': 'function', 'name': ...}", param="tool_choice")
 
@@ -277,31 +271,25 @@ def to_chat(body: dict[str, Any], stored: Mapping[str, StoredResponse]) -> Respo
 
 
 # -- reply ---------------------------------------------------------------------------------
-def _logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
-    content = (choice.get("logprobs") or {}).get("content") or []
+def _logprobs(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"token": t.get("token", ""), "bytes": t.get("bytes") or [], "logprob": t.get("logprob", 0.0),
              "top_logprobs": t.get("top_logprobs") or []} for t in content]
 
 
 def output_items(chat_reply: dict[str, Any]) -> list[dict[str, Any]]:
     """The output items of a chat reply: reasoning, the text message, one function_call per tool call."""
-    choice = chat_reply["choices"][0]
-    message = choice.get("message") or {}
-    done = "incomplete" if choice.get("finish_reason") in _INCOMPLETE else "completed"
+    reply = read_reply(chat_reply)
+    done = "incomplete" if reply.finish_reason in _INCOMPLETE else "completed"
     out: list[dict[str, Any]] = []
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if reasoning:
+    if reply.reasoning:
         out.append({"id": new_id("rs"), "type": "reasoning", "summary": [],
-                    "content": [{"type": "reasoning_text", "text": reasoning}], "status": done})
-    content = message.get("content")
-    calls = message.get("tool_calls") or []
-    if content or not calls:
+                    "content": [{"type": "reasoning_text", "text": reply.reasoning}], "status": done})
+    if reply.text or not reply.calls:
         out.append({"id": new_id("msg"), "type": "message", "role": "assistant", "status": done, "content": [
-            {"type": "output_text", "text": content or "", "annotations": [], "logprobs": _logprobs(choice)}]})
-    for call in calls:
-        fn = call.get("function") or {}
-        out.append({"id": new_id("fc"), "type": "function_call", "call_id": call.get("id") or new_id("call"),
-                    "name": fn.get("name", ""), "arguments": fn.get("arguments") or "", "status": done})
+            {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": _logprobs(reply.logprobs)}]})
+    for call in reply.calls:  # the model's argument text as it was, valid JSON or not (core)
+        out.append({"id": new_id("fc"), "type": "function_call", "call_id": call.id or new_id("call"),
+                    "name": call.name, "arguments": call.text, "status": done})
     return out
 
 
@@ -353,8 +341,7 @@ def sse_events(response: dict[str, Any]) -> list[bytes]:
     events: list[bytes] = []
 
     def emit(kind: str, **fields: Any) -> None:
-        payload = {"type": kind, "sequence_number": len(events), **fields}
-        events.append(f"event: {kind}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+        events.append(sse_event({"type": kind, "sequence_number": len(events), **fields}, kind))
 
     start = {**response, "status": "in_progress", "output": [], "usage": None, "completed_at": None,
              "incomplete_details": None}
