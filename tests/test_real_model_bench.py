@@ -73,3 +73,21 @@ def test_an_environment_s_own_answered_metric_decides_what_was_answered(bench: A
     assert bench.answer_figures([tagged, untagged]) == {"cut": 0.0, "answered": 0.5, "accuracy_answered": 1.0}
     assert [kw["dataset"] for _, kw in bench.reasoning_gym_envs("chain_sum,leg_counting")] == ["chain_sum",
                                                                                                 "leg_counting"]
+
+
+async def test_on_a_terminal_the_progress_line_is_redrawn_in_place_and_ended_with_a_newline(bench: Any) -> None:
+    import asyncio
+
+    from _progress import Ticker
+
+    shown: list[tuple[str, str]] = []
+    ticker = Ticker("sampling", 10, every_s=30.0, echo=lambda text, end="\n", **_: shown.append((text, end)),
+                    live=True)
+    ticker.redraw_s = 0.02
+    async with ticker:
+        await asyncio.sleep(0.07)  # well under every_s: a terminal still sees the line move
+        ticker()
+        await asyncio.sleep(0.05)
+    assert len(shown) >= 3 and all(text.startswith("\r  sampling: ") for text, _ in shown)
+    assert {end for _, end in shown[:-1]} == {""} and shown[-1][1] == "\n"  # redrawn, then ended
+    assert shown[-1][0].startswith("\r  sampling: 1/10 rollouts")
