@@ -56,7 +56,9 @@ def test_rewards_weights_mappings_metrics_and_injection():
     assert failures == []
     assert trace.last_reply == "42" and trace.num_turns == 1
     assert {k: (r.score, r.weight) for k, r in trace.rewards.items()} == {
-        "exact": (1.0, 2.0), "short": (1.0, 1.0), "nonempty": (1.0, 1.0)
+        "exact": (1.0, 2.0),
+        "short": (1.0, 1.0),
+        "nonempty": (1.0, 1.0),
     }
     assert "shape" not in trace.rewards and "needs_box" not in trace.rewards
     assert trace.reward == pytest.approx(4.0)
@@ -174,7 +176,7 @@ def test_env_rejects_what_it_cannot_run():
     ts = CalcTaskset()
     with pytest.raises(ConfigError, match="harness': 'null'"):
         TasksetEnv(ts, agent=AgentOptions(harness="bash"))
-    with pytest.raises(ConfigError, match="Prime Intellect account.*subprocess"):
+    with pytest.raises(ConfigError, match=r"Prime Intellect account.*subprocess"):
         TasksetEnv(ts, agent=AgentOptions(runtime="prime"))
     with pytest.raises(ConfigError, match="container runtime"):
         TasksetEnv(ts, agent=AgentOptions(runtime={"type": "docker", "image": "x"}))
@@ -188,7 +190,7 @@ def test_env_rejects_what_it_cannot_run():
         def load(self):
             return [Remote(QAData(prompt="p", answer="a"))]
 
-    with pytest.raises(ConfigError, match="remote server.*in process"):
+    with pytest.raises(ConfigError, match=r"remote server.*in process"):
         TasksetEnv(RemoteTaskset())
     with pytest.raises(ValueError, match="plugged judges"):
         vf.TaskConfig(judges=[{"id": "reference"}])
@@ -201,5 +203,8 @@ def test_env_rows_and_tool_schemas():
     add = next(t for t in env.oai_tools if t["function"]["name"] == "calc_add")["function"]
     assert add["description"] == "Add two integers." and set(add["parameters"]["properties"]) == {"a", "b"}
     rows = env.eval_dataset.rows
-    assert [r["prompt"] for r in rows] == [[{"role": "user", "content": "hi 0"}], [{"role": "user", "content": "hi 1"}]]
+    assert [r["prompt"] for r in rows] == [
+        [{"role": "user", "content": "hi 0"}],
+        [{"role": "user", "content": "hi 1"}],
+    ]
     assert env.rubric.get_reward_func_names() == []

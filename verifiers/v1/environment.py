@@ -150,7 +150,7 @@ class TasksetEnv(MultiTurnEnv):
         super().__init__(
             dataset=rows,
             eval_dataset=rows,
-            rubric=TasksetRubric(self),
+            rubric=TasksetRubric(tasks[0], self.sync_trace),
             oai_tools=schemas(probe) or None,
             max_turns=self.agent.max_turns or -1,
             **kwargs,

@@ -8,24 +8,26 @@ becomes one of our metrics, by name. A failing hook is an error of that hook onl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from verifiers.rubrics.rubric import Rubric
 from verifiers.types import RolloutError, RolloutScore
-
-if TYPE_CHECKING:
-    from verifiers.v1.environment import TasksetEnv
+from verifiers.v1.task import Task
+from verifiers.v1.trace import Trace
 
 
 class TasksetRubric(Rubric):
-    def __init__(self, env: TasksetEnv) -> None:
+    def __init__(self, task: Task, sync_trace: Callable[[dict[str, Any]], Trace]) -> None:
+        """`task`: one task of the taskset (for the declared hook names); `sync_trace`: brings a
+        rollout's trace up to date with the core's state (the environment's)."""
         super().__init__()
-        self.env = env
+        self.task = task
+        self.sync_trace = sync_trace
 
     def get_reward_func_names(self) -> list[str]:
         """The declared hook names (a mapping-returning hook reports its keys only when scored)."""
-        task = next(iter(self.env.tasks.values()))
-        return [fn.__name__ for kind in ("reward", "metric") for fn in task.hooks(kind)]
+        return [fn.__name__ for kind in ("reward", "metric") for fn in self.task.hooks(kind)]
 
     async def score_rollout(
         self,
@@ -38,7 +40,7 @@ class TasksetRubric(Rubric):
         rollout = (state or {}).get("v1")
         if rollout is None:
             return RolloutScore()  # the rollout failed before its task was set up: nothing to score
-        trace = self.env.sync_trace(state)  # type: ignore[arg-type]
+        trace = self.sync_trace(state)  # type: ignore[arg-type]
         failures = await rollout.task.score(trace)
         out = RolloutScore(reward=trace.reward)
         for name, reward in trace.rewards.items():

@@ -15,13 +15,10 @@ import inspect
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from verifiers.v1.decorators import call, hook_option
-
-if TYPE_CHECKING:
-    from verifiers.v1.task import Task
-    from verifiers.v1.trace import Trace
+from verifiers.v1.trace import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +52,16 @@ async def _run(fns: list[Callable[..., Any]], available: dict[Any, Any]) -> list
     return await asyncio.gather(*(one(fn) for fn in fns))
 
 
-async def score_trace(task: Task, trace: Trace, runtime: Any = None) -> list[tuple[str, BaseException]]:
-    """Score `trace` in place; returns ("reward:<name>" or "metric:<name>", exception) per failed hook."""
-    available: dict[Any, Any] = {"task": task.data, "trace": trace, "state": trace.state}
-    metrics, rewards = task.hooks("metric"), task.hooks("reward")
+async def score_trace(
+    metrics: list[Callable[..., Any]],
+    rewards: list[Callable[..., Any]],
+    data: Any,
+    trace: Trace,
+    runtime: Any = None,
+) -> list[tuple[str, BaseException]]:
+    """Score `trace` in place with the task's hooks (`data` is its row, injected as ``task``);
+    returns ("reward:<name>" or "metric:<name>", exception) per failed hook."""
+    available: dict[Any, Any] = {"task": data, "trace": trace, "state": trace.state}
     if runtime is None:
         skipped = [fn.__name__ for fn in (*metrics, *rewards) if requires_runtime(fn)]
         if skipped:

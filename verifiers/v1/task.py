@@ -130,7 +130,7 @@ class Task(Generic[DataT, StateT, ConfigT]):
     async def score(self, trace: Trace, runtime: Any = None) -> list[tuple[str, BaseException]]:
         """Run metrics then rewards into ``trace.metrics`` / ``trace.rewards``; returns the
         exceptions of hooks that failed (their names stay None on the trace)."""
-        return await score_trace(self, trace, runtime)
+        return await score_trace(self.hooks("metric"), self.hooks("reward"), self.data, trace, runtime)
 
     @classmethod
     def toolsets(cls, config: Any) -> list[Toolset]:
