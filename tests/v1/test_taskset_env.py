@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 import verifiers as vf
+import verifiers.v1 as vf1
 from verifiers.cli.eval import main
 from verifiers.errors import ConfigError
+from verifiers.rollout.error_report import RolloutErrorsWarning
 from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
 from verifiers.v1 import TasksetEnv
 
@@ -164,3 +166,41 @@ def test_vf_eval_saves_rewards_and_metrics(quiz_package: Path, tmp_path: Path) -
     assert rows[0]["metrics"] == {"correct": 1.0, "brief": 1.0, "used_tool": 1.0, "calls": 1.0, "turns": 2.0}
     meta = json.loads((results.parent / "metadata.json").read_text())
     assert meta["avg_metrics"]["correct"] == pytest.approx(0.5)
+
+
+class YesJudge(vf1.Judge[bool]):
+    prompt = "Question: {question}\nResponse: {response}\nCorrect? yes/no"
+
+    def parse(self, response: vf1.JudgeResponse) -> bool:
+        return response.text.strip().lower().startswith("yes")
+
+
+async def test_a_judge_called_from_a_reward_reaches_its_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUDGE_KEY", "k")
+    with ScriptedServer(ServerScript(replies=[ScriptedReply(content="yes, correct")])) as srv:
+        judge = YesJudge(vf1.JudgeConfig(base_url=srv.base_url, api_key_var="JUDGE_KEY", model="judge"))
+        trace = vf1.Trace(task=vf1.TraceTask(type="T", data=None))
+        result = await judge.evaluate(trace=trace, question="2+3?", response="5")
+        sent = srv.requests[0]["messages"][0]["content"]
+    assert result.parsed is True and sent == "Question: 2+3?\nResponse: 5\nCorrect? yes/no"
+    assert trace.info["judge_calls"][0]["name"] == "yes" and judge.reward_name == "yes"
+    monkeypatch.delenv("JUDGE_KEY")
+    with pytest.raises(ConfigError, match="JUDGE_KEY"):
+        await judge.evaluate(question="q", response="r")
+
+
+async def test_a_failing_toolset_setup_is_the_rollouts_error_and_is_not_scored(quiz_package: Path) -> None:
+    import calc_quiz
+
+    async def broken(self) -> None:
+        raise RuntimeError("no database")
+
+    env = vf.load_environment("calc-quiz", num_tasks=1)
+    with ScriptedServer(SCRIPT) as srv, pytest.MonkeyPatch.context() as mp:
+        from openai import AsyncOpenAI
+
+        mp.setattr(calc_quiz.Calc, "setup", broken)
+        with pytest.warns(RolloutErrorsWarning, match="no database"):
+            out = await env.a_evaluate(AsyncOpenAI(base_url=srv.base_url, api_key="x"), "scripted")
+    (r,) = out.results
+    assert r.error is not None and "no database" in r.error.message and r.reward == 0.0 and r.metrics == {}

@@ -41,6 +41,8 @@ class TasksetRubric(Rubric):
         if rollout is None:
             return RolloutScore()  # the rollout failed before its task was set up: nothing to score
         trace = self.sync_trace(state)  # type: ignore[arg-type]
+        if trace.errors:
+            return RolloutScore()  # as upstream: an errored trace is not scored (its error is the rollout's)
         failures = await rollout.task.score(trace)
         out = RolloutScore(reward=trace.reward)
         for name, reward in trace.rewards.items():
