@@ -116,6 +116,18 @@ def test_core_never_imports_the_compat_layer():
     assert not bad, "the core imports verifiers.compat, verifiers.utils or verifiers.scripts:\n" + _show(bad)
 
 
+V1 = "verifiers.v1"  # upstream 0.4's v1 authoring surface, a layer on top of the core
+V1_SEAM = "verifiers.envs.loader"  # names verifiers.v1.adapter in ADAPTERS, a string it imports on demand
+
+
+def test_the_core_never_imports_the_v1_layer():
+    bad = _bad(lambda src, dst: _core(src) and not _under(src, V1) and _under(dst, V1))
+    assert not bad, "the core imports verifiers.v1 (it sits on top of the core):\n" + _show(bad)
+    # The one way down is by name: the loader's ADAPTERS, imported only for a module without load_environment.
+    named = [n for n, p in MODULES.items() if _core(n) and not _under(n, V1) and f'"{V1}.' in p.read_text()]
+    assert named == [V1_SEAM], f"only {V1_SEAM} may name a verifiers.v1 module: {named}"
+
+
 def test_verifiers_imports_trainers_only_through_compat_training():
     bad = _bad(
         lambda src, dst: _under(src, "verifiers") and src != TRAINERS_ENTRY and _under(dst, "trainers")

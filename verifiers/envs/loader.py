@@ -21,12 +21,17 @@ from verifiers.envs.names import ENVIRONMENTS_DIR, find_local_env, module_name
 from verifiers.errors import ConfigError, EnvError
 
 ENTRY_POINT_GROUP = "verifiers.environments"
+ADAPTERS = ("verifiers.v1.adapter",)
+"""Layers above the core that can build an environment from a module without ``load_environment``
+(a v1 taskset package exports a ``Taskset`` instead). Named, not imported: the core does not
+depend on them, and each is imported only when such a module turns up. Each has
+``environment_loader(module, env_id)`` returning a ``load_environment(**kwargs)`` or None."""
 log = logging.getLogger(__name__)
 
 
 def _find_loader(env_id: str) -> Any:
     module = module_name(env_id)
-    fn, shadowed = _import_loader(module)
+    fn, shadowed = _import_loader(module, env_id)
     if fn is not None:
         return fn
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -35,7 +40,7 @@ def _find_loader(env_id: str) -> Any:
     # An environment that wraps a library of the same name (reasoning-gym wraps `reasoning_gym`)
     # cannot take the library's module name: its source is <module>_env.
     for candidate in (env_id, f"{env_id}-env"):
-        if candidate != env_id and (fn := _import_loader(module_name(candidate))[0]) is not None:
+        if candidate != env_id and (fn := _import_loader(module_name(candidate), env_id)[0]) is not None:
             return fn  # importable already (installed without its entry point, or on sys.path)
         root = _checkout_folder(candidate)
         if root is None:
@@ -47,11 +52,12 @@ def _find_loader(env_id: str) -> Any:
             env_id, root, _install_target(root, candidate),
         )
         sys.path.insert(0, str(root))
-        fn, _ = _import_loader(module_name(candidate))
+        fn, _ = _import_loader(module_name(candidate), env_id)
         if fn is not None:
             return fn
     if shadowed:
-        raise EnvError(f"module {module!r} has no load_environment(**kwargs) function (if it is a library, name "
+        raise EnvError(f"module {module!r} has no load_environment(**kwargs) function and exports no v1 Taskset "
+                       f"subclass in __all__ (if it is a library, name "
                        f"the environment's module {module}_env and register it under the "
                        f"{ENTRY_POINT_GROUP!r} entry point {env_id!r})")
     raise ConfigError(
@@ -62,8 +68,9 @@ def _find_loader(env_id: str) -> Any:
     )
 
 
-def _import_loader(module: str) -> tuple[Any, bool]:
-    """``module.load_environment`` (or None), and whether ``module`` imported without one."""
+def _import_loader(module: str, env_id: str) -> tuple[Any, bool]:
+    """``module.load_environment`` (or what an adapter builds for it, see `ADAPTERS`), or None;
+    and whether ``module`` imported without either."""
     try:
         imported = importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -71,6 +78,10 @@ def _import_loader(module: str) -> tuple[Any, bool]:
             raise  # the package exists but one of its own imports is missing
         return None, False
     fn = getattr(imported, "load_environment", None)
+    for adapter in ADAPTERS if fn is None else ():
+        fn = importlib.import_module(adapter).environment_loader(imported, env_id)
+        if fn is not None:
+            break
     return fn, fn is None
 
 

@@ -49,8 +49,9 @@ def normalize_project_name(name: str) -> str:
 
 
 def module_name(env_id: str) -> str:
-    """The module an id names: ``-`` → ``_``, and the last part of ``org/name``."""
-    return env_id.replace("-", "_").split("/")[-1]
+    """The module an id names: ``-`` → ``_``, the last part of ``org/name``, without an ``@version``
+    suffix (hub ids ``owner/name@1.2`` install as just ``name``)."""
+    return env_id.split("@", 1)[0].replace("-", "_").split("/")[-1]
 
 
 class EnvNames(BaseModel):
