@@ -121,7 +121,7 @@ class ServerTap:
 @pytest.fixture
 async def tapped_tiny_client(tiny_server: Any) -> AsyncIterator[tuple[Any, ServerTap]]:
     """An ``AsyncOpenAI`` client of the tiny server, and the tap that records its answers."""
-    import httpx
+    import httpx2 as httpx  # the HTTP library of the openai SDK (openai>=3)
     import openai
 
     tap = ServerTap()

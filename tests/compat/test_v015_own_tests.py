@@ -14,7 +14,7 @@ import logging
 from typing import Any
 from unittest.mock import AsyncMock, MagicMock, Mock, call, patch
 
-import httpx
+import httpx2 as httpx  # the HTTP library of the openai SDK (openai>=3)
 import openai
 import pytest
 
