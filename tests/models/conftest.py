@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -165,6 +166,19 @@ def model_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("VF_MODEL_CACHE", str(root))
     return root
+
+
+@pytest.fixture
+def pip_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path | None], None]:
+    """``pip_index(links)``: pip sees only ``links`` (None: nothing at all, as without network)."""
+    def use(links: Path | None) -> None:
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+        monkeypatch.setenv("PIP_FIND_LINKS", str(links) if links is not None else "")
+        for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+            monkeypatch.delenv(var, raising=False)
+
+    return use
 
 
 @pytest.fixture
