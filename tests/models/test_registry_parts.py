@@ -146,3 +146,25 @@ def test_an_entry_names_one_wheel_or_parts_not_both(split: tuple[Path, ModelEntr
         ModelEntry(**fields)
     with pytest.raises(ValidationError, match="give either parts or package"):
         ModelEntry(**{**split[1].model_dump(), "package": "x"})
+
+
+def test_conversion_honours_add_bos_and_adds_a_known_files_template(tmp_path: Path,
+                                                                    gguf_writer: Callable[..., Any]) -> None:
+    """What the Gemma 3 270M GGUF needs, on a tiny file: transformers drops ``add_bos_token`` (Gemma
+    degenerates without ``<bos>``), and the file carries no chat template (the registry's is written)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from verifiers.models.gguf import ConversionExtras, convert_into
+
+    (tmp_path / "g").mkdir()
+    src = gguf_writer(tmp_path / "g" / "tiny-bos.F32.gguf", add_bos=True, chat_template=None).path
+    out = convert_into(src, tmp_path / "out", log=lambda line: None,
+                       extras=ConversionExtras(chat_template="gemma3", end_of_turn="<|endoftext|>"))
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok("hello").input_ids[0] == tok.bos_token_id
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == f"{tok.bos_token}<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"
+    eos = GenerationConfig.from_pretrained(out).eos_token_id
+    assert eos == [tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")]
+    source = (out / "gguf_source.json").read_text()
+    assert "gemma3 (shipped: the GGUF carries none)" in source and "add_bos_token" in source
