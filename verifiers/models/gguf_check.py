@@ -72,6 +72,14 @@ def read_architecture(path: str | Path) -> str:
     return _architecture(path, reader)
 
 
+def tokenizer_flags(path: str | Path) -> dict[str, Any]:
+    """The file's ``tokenizer.ggml.add_*`` flags (``add_bos_token``: True, ...), which transformers'
+    GGUF tokenizer does not always honour."""
+    _, _, reader = _open(path)
+    prefix = "tokenizer.ggml."
+    return {k[len(prefix):]: _field(reader, k) for k in reader.fields if k.startswith(prefix + "add_")}
+
+
 def _architecture(path: Path, reader: Any) -> str:
     arch = _field(reader, "general.architecture")
     if not isinstance(arch, str) or not arch:

@@ -40,7 +40,7 @@ def looks_like_hub_id(spec: str) -> bool:
 def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Path:
     """A local ``save_pretrained`` directory holding ``spec``'s model (see the module docstring)."""
     from verifiers.models.gguf import convert_gguf, find_gguf, gguf_files
-    from verifiers.models.registry import KNOWN, get_model
+    from verifiers.models.registry import KNOWN, conversion_extras, get_model
 
     say = log if log is not None else _stderr
     path = Path(spec).expanduser()
@@ -50,7 +50,7 @@ def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Pat
             return path
         gguf = find_gguf(path)
         if gguf is not None:
-            return convert_gguf(gguf, log=say)
+            return convert_gguf(gguf, log=say, extras_for=conversion_extras)
         several = gguf_files(path)
         if several:
             raise ConfigError(f"{path} holds {len(several)} .gguf files ({', '.join(p.name for p in several)}) "
@@ -58,7 +58,7 @@ def resolve_model(spec: str, *, log: Callable[[str], None] | None = None) -> Pat
         return path  # check_model_dir says what is wrong with it
     if path.is_file():
         if path.suffix.lower() == ".gguf":
-            return convert_gguf(path, log=say)
+            return convert_gguf(path, log=say, extras_for=conversion_extras)
         return path  # check_model_dir says what is wrong with it
     if spec in KNOWN:
         return get_model(spec, log=say)
