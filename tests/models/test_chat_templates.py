@@ -107,3 +107,26 @@ def test_vf_model_list_shows_the_tool_template(monkeypatch: pytest.MonkeyPatch, 
     gemma = next(r for r in rows if r.startswith("gemma3-270m"))
     assert "Gemma Terms of Use (see https://ai.google.dev/gemma/terms)" in gemma
     assert gemma.split("  ")[-1].strip() == "-" and "none (pass --chat-template)" in gemma
+
+
+def test_the_gemma3_template_writes_gemma_3s_turns() -> None:
+    """The text google/gemma-3-*-it's own template renders for these chats (its format, our template):
+    no system role (the system text opens the first user turn), ``model`` for the assistant, trimmed text."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from verifiers.models.shipped import shipped_path
+
+    def refuse(message: str) -> None:
+        raise ValueError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = refuse
+    template = env.from_string(shipped_path("gemma3").read_text())
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2? "},
+            {"role": "assistant", "content": " 4"}, {"role": "user", "content": [{"type": "text", "text": "And 3+3?"}]}]
+    assert template.render(messages=chat, bos_token="<bos>", add_generation_prompt=True) == (
+        "<bos><start_of_turn>user\nBe brief.\n\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n"
+        "<start_of_turn>user\nAnd 3+3?<end_of_turn>\n<start_of_turn>model\n")
+    assert template.render(messages=chat[1:2], bos_token="<bos>") == "<bos><start_of_turn>user\nWhat is 2+2?<end_of_turn>\n"
+    with pytest.raises(ValueError, match="alternate"):
+        template.render(messages=[chat[2]], bos_token="<bos>")

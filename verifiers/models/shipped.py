@@ -14,8 +14,9 @@ from pathlib import Path
 from verifiers.errors import ConfigError
 
 SHIPPED: dict[str, str] = {"chatml-tools": "chatml_tools.jinja", "gemma3": "gemma3.jinja"}
-"""Templates written here, by the name a flag or config uses. ``gemma3`` is Gemma 3's own turn format
-(google/gemma-3-*-it), for Gemma GGUF files that carry no template; it renders no tools."""
+"""Templates written here, by the name a flag or config uses. ``gemma3`` writes Gemma 3's turn format
+(our own template of it: it renders what google/gemma-3-*-it's renders for text, checked in
+tests/models/test_chat_templates.py), for Gemma GGUF files that carry no template; it renders no tools."""
 
 
 def shipped_path(name: str) -> Path:
