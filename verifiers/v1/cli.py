@@ -120,6 +120,20 @@ def is_taskset(env_id: str) -> bool:
         return False
 
 
+def knows_flag(flag: str) -> bool:
+    """Whether this dialect reads ``flag`` (the docs' flag check asks); under ``--env.taskset.``
+    any name is a taskset's own field, so a dotted flag is known by its first part."""
+    if flag in SHORT_FLAGS or flag in OUR_FLAGS:
+        return True
+    if flag in ("-a", "--env-args", "--no-progress", "--no-check", "-h", "--help"):
+        return True
+    if not flag.startswith("--"):
+        return False
+    path = flag[2:].replace("-", "_")
+    path = path[3:] if path.startswith("no_") else path
+    return path in ALIASES or path.split(".")[0] in V1EvalOptions.model_fields
+
+
 # -- the command line as nested settings ---------------------------------------------------
 def _value(text: str) -> Any:
     """A flag's value: JSON for a list or object, else the string (pydantic converts it to the
