@@ -62,7 +62,7 @@ README = "README.md"
 AGENTS, ARCH, DATA, ENVS = "docs/agents.md", "docs/architecture.md", "docs/data.md", "docs/environments.md"
 EVAL, HUB, INF, INSTALL = "docs/evaluation.md", "docs/hub.md", "docs/inference.md", "docs/install.md"
 SCALE, TRAIN = "docs/scaling.md", "docs/training.md"
-MODELS = "docs/models.md"
+MODELS, COMPAT = "docs/models.md", "docs/compat.md"
 
 _WAIT_HEALTHY = (
     'python -c "import sys, time, urllib.request\n'
@@ -86,6 +86,9 @@ _SERVE_HUB_PY = textwrap.dedent("""\
 _ENV_EXAMPLE = next(s.code for s in SNIPPETS if s.key == (ENVS, "single-turn#1"))
 
 PLANS: dict[tuple[str, str], Run | Skip] = {
+    (COMPAT, "the-v1-invocation#1"): Skip(
+        "fragment", "someone/calc-quiz is the reader's taskset package; tests/v1/test_v1_cli.py runs these "
+                    "command lines on tests/v1's calc_quiz taskset against the scripted server"),
     (README, "quickstart#1"): Run(
         subs=(('python3.11 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".[train]" '
                "-e environments/letter_repeat && ", ""),),

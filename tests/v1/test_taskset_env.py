@@ -5,7 +5,6 @@ and evaluated end to end against the scripted OpenAI-compatible server: the mode
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,86 +17,14 @@ from verifiers.rollout.error_report import RolloutErrorsWarning
 from verifiers.testing import ScriptedReply, ScriptedServer, ScriptedToolCall, ServerScript
 from verifiers.v1 import TasksetEnv
 
-PACKAGE = '''
-import verifiers.v1 as vf
-
-
-class QuizData(vf.TaskData):
-    answer: str
-
-
-class QuizState(vf.State):
-    tool_calls: int = 0
-
-
-class Calc(vf.Toolset[vf.ToolsetConfig, QuizState]):
-    @vf.tool
-    def add(self, a: int, b: int) -> int:
-        """Add two integers.
-
-        Args:
-            a: first addend
-            b: second addend
-        """
-        self.state.tool_calls += 1
-        return a + b
-
-
-class QuizTask(vf.Task[QuizData, QuizState]):
-    @classmethod
-    def toolsets(cls, config):
-        return [Calc()]
-
-    @vf.reward(weight=2.0)
-    def correct(self, trace, task) -> float:
-        return float(trace.last_reply == task.answer)
-
-    @vf.reward(weight=0.5)
-    def style(self, trace) -> dict:
-        return {"brief": float(len(trace.last_reply) <= 3), "used_tool": float(bool(trace.tool_messages))}
-
-    @vf.metric
-    def calls(self, trace, state) -> float:
-        return state.tool_calls
-
-    @vf.metric
-    def turns(self, trace) -> float:
-        return trace.num_turns
-
-    @vf.stop
-    def gave_up(self, trace: vf.Trace) -> bool:
-        return "give up" in trace.last_reply
-
-
-class QuizConfig(vf.TasksetConfig):
-    num_tasks: int = 2
-
-
-class CalcQuizTaskset(vf.Taskset[QuizTask, QuizConfig]):
-    def load(self):
-        sums = [(2, 3), (1, 1), (4, 4)]
-        for a, b in sums[: self.config.num_tasks]:
-            yield QuizTask(QuizData(prompt=f"What is {a}+{b}?", answer=str(a + b)), self.config.task)
-
-
-__all__ = ["CalcQuizTaskset"]
-'''
-
+# The taskset package (calc_quiz: QuizTask, Calc toolset, CalcQuizTaskset) is tests/v1/conftest.py's
+# `quiz_package`; this is its `quiz_script` fixture's model.
 SCRIPT = ServerScript(
     replies=[
         ScriptedReply(turn=0, tool_calls=[ScriptedToolCall(name="calc_add", arguments='{"a": 2, "b": 3}')]),
         ScriptedReply(content="5"),
     ]
 )
-
-
-@pytest.fixture
-def quiz_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pkg = tmp_path / "pkgs" / "calc_quiz"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(textwrap.dedent(PACKAGE))
-    monkeypatch.syspath_prepend(str(pkg.parent))
-    return pkg
 
 
 def test_discovery_by_id_with_owner_version_and_overrides(quiz_package: Path) -> None:

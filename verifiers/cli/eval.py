@@ -8,6 +8,7 @@ Run ``vf-eval --help`` for the flags; docs/evaluation.md explains them.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shlex
 import sys
@@ -25,6 +26,11 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
+DIALECTS = ("verifiers.v1.cli",)
+"""Command-line dialects of layers above the core, asked first: a v1 taskset is documented with
+upstream vf-eval's flags, so its dialect (``verifiers.v1.cli``) reads such a command line. Named,
+not imported statically (the core does not depend on the v1 layer); each module has
+``claims(argv) -> bool`` and ``main(argv, load_env=...) -> int``."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vf-eval",
         description="Evaluate an environment against an OpenAI-compatible model; save and resume runs.",
         epilog="Examples: vf-eval reverse-text -m gpt-4.1-mini -n 10 -r 3 -s | vf-eval reverse-text -R | "
-        "vf-eval --view",
+        "vf-eval --view. A v1 taskset (verifiers 0.4's Taskset package) takes upstream vf-eval's flags "
+        "instead: --env.taskset.*, --env.agent.*, --client.*, --select.*, --sampling.*, @ config.toml, "
+        "and there -s SHUFFLES the tasks rather than saving; see vf-eval TASKSET_ID --help.",
     )
     p.add_argument("env", nargs="?", help="environment id (an installed package, '-' becomes '_')")
     _add_environment_flags(p.add_argument_group("environment"))
@@ -142,7 +150,8 @@ def _add_output_flags(g: argparse._ArgumentGroup) -> None:
         "--save-results",
         dest="save",
         action="store_true",
-        help="save results under the output directory",
+        help="save results under the output directory (with a v1 taskset, -s shuffles the tasks instead: "
+        "the taskset's dialect)",
     )
     g.add_argument(
         "-o", "--output-dir", default=None, help="root of saved runs (default: ./outputs; implies -s)"
@@ -402,12 +411,28 @@ def _run(
     return EXIT_OK
 
 
+def _dialect_for(argv: list[str]) -> Any:
+    """The first of `DIALECTS` that claims the command line, or None (ours reads it)."""
+    for name in DIALECTS:
+        try:
+            dialect = importlib.import_module(name)
+        except ImportError:  # a layer that cannot load must not break our own dialect
+            continue
+        if dialect.claims(argv):
+            return dialect
+    return None
+
+
 def main(argv: list[str] | None = None, *, load_env: Callable[..., Any] | None = None) -> int:
     """Entry point of ``vf-eval``; returns the exit status (0 ok, 1 failed, 2 bad config, 130 interrupted).
 
     ``load_env(env_id, env_args)`` replaces the environment loader (``verifiers.scripts.eval``
     loads through its module's ``vf`` so 0.1.x tests can patch it).
     """
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    dialect = _dialect_for(tokens)
+    if dialect is not None:
+        return int(dialect.main(tokens, load_env=load_env))
     args = build_parser().parse_args(argv)
     quiet_libraries(args.verbose)
     out = Console(soft_wrap=True)

@@ -68,6 +68,12 @@ def _find_loader(env_id: str) -> Any:
     )
 
 
+def find_loader(env_id: str) -> Any:
+    """The ``load_environment(**kwargs)`` that ``env_id`` resolves to, without calling it (vf-eval asks
+    whether it is a v1 taskset's: the adapter marks its loaders with ``taskset_class``)."""
+    return _find_loader(env_id)
+
+
 def _import_loader(module: str, env_id: str) -> tuple[Any, bool]:
     """``module.load_environment`` (or what an adapter builds for it, see `ADAPTERS`), or None;
     and whether ``module`` imported without either."""

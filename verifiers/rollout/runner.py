@@ -46,7 +46,11 @@ async def run_single(
     rollout_timeout_s: float | None = None,
 ) -> RolloutResult:
     """Run one rollout and turn whatever happens into a `RolloutResult` (unscored)."""
-    state: dict[str, Any] = {"example_id": inp.example_id, "group_id": inp.group_id}
+    state: dict[str, Any] = {
+        "example_id": inp.example_id,
+        "group_id": inp.group_id,
+        "rollout_index": inp.rollout_index,  # so what an env keeps of a rollout can be matched to its result
+    }
     start = time.time()
     t0 = time.perf_counter()
     error: RolloutError | None = None

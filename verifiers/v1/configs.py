@@ -107,6 +107,51 @@ class HarnessOptions(BaseConfig):
     disabled_tools: list[str] | None = None
 
 
+class TaskMatch(BaseConfig):
+    """Tasks named by position in ``load()`` (``5``, ``"0:100"``, ``"7:"``; a comma-separated
+    string works too), by ``TaskData.id`` or by ``TaskData.name``; any list naming a task matches."""
+
+    idx: list[int | str] = Field(default_factory=list)
+    ids: list[str] = Field(default_factory=list)
+    names: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_idx(cls, data: Any) -> Any:
+        """``idx="0:10,17"`` (what a command line gives) as ``["0:10", "17"]``."""
+        if isinstance(data, dict) and isinstance(data.get("idx"), int | str):
+            data = {**data, "idx": [p.strip() for p in str(data["idx"]).split(",") if p.strip()]}
+        return data
+
+    @property
+    def empty(self) -> bool:
+        return not (self.idx or self.ids or self.names)
+
+
+class SelectOptions(BaseConfig):
+    """The ``select`` keyword of ``load_environment`` (upstream ``--select.*``): which tasks run.
+
+    The steps apply in upstream's order: ``include`` keeps tasks, ``exclude`` drops them, then
+    ``shuffle`` (under ``seed``), ``skip`` and ``limit`` pick from what is left. A task keeps its
+    position in ``load()`` as its example id whatever the selection, so runs stay comparable.
+    """
+
+    include: TaskMatch = Field(default_factory=TaskMatch)
+    exclude: TaskMatch = Field(default_factory=TaskMatch)
+    shuffle: bool = False
+    seed: int = 0
+    skip: int = Field(0, ge=0)
+    limit: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_limit(cls, data: Any) -> Any:
+        """``limit="null"`` from a command line means no limit, as upstream's None."""
+        if isinstance(data, dict) and str(data.get("limit")).lower() in ("null", "none"):
+            data = {**data, "limit": None}
+        return data
+
+
 class AgentOptions(BaseConfig):
     """The ``agent`` keyword of ``load_environment`` (upstream ``--env.agent.*``)."""
 

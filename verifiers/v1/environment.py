@@ -140,6 +140,9 @@ class TasksetEnv(MultiTurnEnv):
                 "null harness cannot give; run them with upstream verifiers and a container runtime"
             )
         self.tasks = {t.data.idx: t for t in tasks}
+        self.finished_traces: dict[tuple[int, int], Trace] | None = None
+        """Set to a dict to keep each scored rollout's trace by (example_id, rollout_index): vf-eval's
+        v1 dialect writes them as traces.jsonl (`verifiers.v1.traces`). None keeps nothing."""
         self.shared_toolsets = type(taskset).toolsets(taskset.config)
         self._shared_ready: asyncio.Task | None = None
         probe = gather_tools(
@@ -196,6 +199,12 @@ class TasksetEnv(MultiTurnEnv):
         rollout.tools = gather_tools([*own, *self.shared_toolsets], self.agent.harness.disabled_tools)
         await task.setup(trace, None)
         return state
+
+    async def release_state(self, state: State) -> None:
+        """Called once the rollout is scored: keep its trace when asked to (`finished_traces`)."""
+        if self.finished_traces is not None and "v1" in state:
+            key = (int(state.get("example_id", 0)), int(state.get("rollout_index", 0)))
+            self.finished_traces[key] = self.sync_trace(state)
 
     def sync_trace(self, state: State) -> Trace:
         """Bring the trace up to date with the core's state (completion, model calls)."""
