@@ -42,26 +42,26 @@ class Calc(vf.Toolset[vf.ToolsetConfig, QuizState]):
 class QuizTask(vf.Task[QuizData, QuizState]):
     @classmethod
     def toolsets(cls, config):
-        return [Calc()]
+        return [Calc(vf.ToolsetConfig())]
 
     @vf.reward(weight=2.0)
-    def correct(self, trace, task) -> float:
+    async def correct(self, trace, task) -> float:
         return float(trace.last_reply == task.answer)
 
     @vf.reward(weight=0.5)
-    def style(self, trace) -> dict:
+    async def style(self, trace) -> dict:
         return {"brief": float(len(trace.last_reply) <= 3), "used_tool": float(bool(trace.tool_messages))}
 
     @vf.metric
-    def calls(self, trace, state) -> float:
+    async def calls(self, trace, state) -> float:
         return state.tool_calls
 
     @vf.metric
-    def turns(self, trace) -> float:
+    async def turns(self, trace) -> float:
         return trace.num_turns
 
     @vf.stop
-    def gave_up(self, trace: vf.Trace) -> bool:
+    async def gave_up(self, trace: vf.Trace) -> bool:
         return "give up" in trace.last_reply
 
 

@@ -21,7 +21,7 @@ class QAData(vf.TaskData):
 
 class QATask(vf.Task[QAData]):
     @vf.reward(weight=2.0)
-    def exact(self, trace: vf.Trace, task: QAData) -> float:
+    async def exact(self, trace: vf.Trace, task: QAData) -> float:
         return float(trace.last_reply == task.answer)
 
     @vf.reward
@@ -29,15 +29,15 @@ class QATask(vf.Task[QAData]):
         return {"short": float(len(trace.last_reply) < 5), "nonempty": float(bool(trace.last_reply))}
 
     @vf.metric
-    def turns(self, trace) -> float:
+    async def turns(self, trace) -> float:
         return trace.num_turns
 
     @vf.metric(priority=5)
-    def sizes(self, trace, state) -> dict[str, float]:
+    async def sizes(self, trace, state) -> dict[str, float]:
         return {"n_messages": len(trace.messages), "n_artifacts": len(state.artifacts)}
 
     @vf.reward
-    def needs_box(self, trace, runtime) -> float:  # requires a runtime: skipped in process
+    async def needs_box(self, trace, runtime) -> float:  # requires a runtime: skipped in process
         raise AssertionError("not called without a runtime")
 
 
@@ -69,11 +69,11 @@ def test_rewards_weights_mappings_metrics_and_injection():
 def test_a_failing_hook_is_its_own_error_and_others_still_score():
     class Broken(QATask):
         @vf.metric
-        def turns(self, trace) -> float:
+        async def turns(self, trace) -> float:
             raise RuntimeError("boom")
 
         @vf.reward
-        def exact(self, trace) -> str:  # not a number: an error, the weight is gone too
+        async def exact(self, trace) -> str:  # not a number: an error, the weight is gone too
             return "yes"
 
     task = Broken(QAData(prompt="q", answer="42"))
@@ -99,13 +99,23 @@ def test_undecorated_override_switches_a_hook_off_and_plugged_functions_replace_
 
 
 def test_decorators_work_bare_and_called_and_only_tag():
-    def f(trace):
+    async def f(trace):
         return 1.0
 
     assert vf.reward(f) is f and f._vf_reward and f._vf_weight == 1.0
     assert vf.reward(weight=3)(f)._vf_weight == 3.0
     assert vf.stop(priority=2)(f)._vf_priority == 2
     assert vf.tool(name="renamed")(f)._vf_tool_name == "renamed"
+
+
+def test_scoring_and_stop_hooks_must_be_async_as_upstream_awaits_them():
+    def plain(trace):
+        return 1.0
+
+    for decorator in (vf.reward, vf.metric, vf.stop, vf.reward(weight=2.0)):
+        with pytest.raises(TypeError, match="must be `async def`"):
+            decorator(plain)
+    assert vf.tool(plain) is plain  # tools may be plain functions there too
 
 
 class CounterState(vf.State):
@@ -135,18 +145,18 @@ class Bare(vf.Toolset):
 
 
 def test_toolset_names_schema_and_state():
-    assert sorted(Calc().tools()) == ["calc_add", "calc_mul"]
-    assert list(Bare().tools()) == ["ping"]
-    assert Calc().state_type() is CounterState and isinstance(Calc().config, vf.ToolsetConfig)
+    assert sorted(Calc(vf.ToolsetConfig()).tools()) == ["calc_add", "calc_mul"]
+    assert list(Bare(vf.ToolsetConfig()).tools()) == ["ping"]
+    assert Calc(vf.ToolsetConfig()).state_type() is CounterState and isinstance(Calc(vf.ToolsetConfig()).config, vf.ToolsetConfig)
 
 
 class CalcTask(vf.Task[QAData, CounterState]):
     @classmethod
     def toolsets(cls, config):
-        return [Calc()]
+        return [Calc(vf.ToolsetConfig())]
 
     @vf.stop
-    def too_many_calls(self, t: vf.Trace) -> bool:  # injected by annotation, whatever its name
+    async def too_many_calls(self, t: vf.Trace) -> bool:  # injected by annotation, whatever its name
         return t.state.calls >= 2
 
 

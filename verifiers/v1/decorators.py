@@ -16,12 +16,17 @@ from typing import Any, TypeVar, get_origin, get_type_hints
 F = TypeVar("F", bound=Callable[..., Any])
 
 HOOK_KINDS = ("reward", "metric", "stop", "tool")
+AWAITED = ("reward", "metric", "stop")
+"""Hooks upstream awaits (``asyncio.gather`` over them); a ``@vf.tool`` may be a plain def."""
 
 
 def _mark(kind: str, func: F | None, **extra: Any) -> F | Callable[[F], F]:
     """Tag `func` (or return a tagger) with ``kind`` and its options; works bare and called."""
 
     def decorator(f: F) -> F:
+        if kind in AWAITED and not inspect.iscoroutinefunction(f):
+            raise TypeError(f"@vf.{kind} {f.__qualname__} must be `async def`: verifiers v1 awaits every {kind} "
+                            "hook, so a plain def fails there at scoring time (written here, it must run there)")
         setattr(f, f"_vf_{kind}", True)
         for key, value in extra.items():
             setattr(f, f"_vf_{key}", value)

@@ -10,6 +10,7 @@ concurrent rollouts apart).
 from __future__ import annotations
 
 import contextvars
+import os
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic
@@ -36,9 +37,10 @@ class Toolset(Generic[ConfigT, StateT]):
     TOOL_PREFIX: ClassVar[str | None] = ""
     """Empty: the snake-cased class name; None: tools are advertised without a prefix."""
 
-    def __init__(self, config: ConfigT | None = None) -> None:
-        config_cls = concrete_type(type(self), BaseModel) or ToolsetConfig
-        self.config: ConfigT = config if config is not None else config_cls()  # type: ignore[assignment]
+    def __init__(self, config: ConfigT) -> None:
+        # Required, as upstream's ``ServerBase.__init__(self, config)``: a toolset written here must
+        # run there unchanged (``Arithmetic(vf.ToolsetConfig())``).
+        self.config: ConfigT = config
         self._inert_state = self.state_type()()
 
     @classmethod
@@ -55,6 +57,16 @@ class Toolset(Generic[ConfigT, StateT]):
         if self.TOOL_PREFIX is None:
             return ""
         return self.TOOL_PREFIX or snake(type(self).__name__)
+
+    @classmethod
+    def run(cls) -> None:
+        """Serve this toolset over MCP, its config from ``VF_CONFIG`` (JSON) when set: what a
+        toolset module's ``if __name__ == "__main__": MyToolset.run()`` does (`verifiers.v1.serve`)."""
+        from verifiers.v1.serve import serve
+
+        config_cls = concrete_type(cls, BaseModel) or ToolsetConfig
+        raw = os.environ.get("VF_CONFIG")
+        serve(cls(config_cls.model_validate_json(raw) if raw else config_cls()))
 
     async def setup(self) -> None:
         """Initialize task-agnostic server state (once per instance)."""

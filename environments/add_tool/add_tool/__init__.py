@@ -13,6 +13,7 @@ import random
 import re
 
 import verifiers.v1 as vf
+from add_tool.toolset import Arithmetic
 
 __all__ = ["AddToolTaskset"]
 
@@ -23,31 +24,19 @@ class AddData(vf.TaskData):
     answer: int
 
 
-class Arithmetic(vf.Toolset):
-    @vf.tool
-    def add(self, a: int, b: int) -> int:
-        """Add two integers.
-
-        Args:
-            a: the first addend
-            b: the second addend
-        """
-        return a + b
-
-
 class AddTask(vf.Task[AddData, vf.State]):
     @classmethod
     def toolsets(cls, config):
-        return [Arithmetic()]
+        return [Arithmetic(vf.ToolsetConfig())]
 
     @vf.reward(weight=1.0)
-    def correct(self, trace, task) -> float:
+    async def correct(self, trace, task) -> float:
         """1 when the reply's last number is the sum (a user reads the answer at the end)."""
         numbers = re.findall(r"-?\d+", (trace.last_reply or "").replace(",", ""))
         return float(bool(numbers) and int(numbers[-1]) == task.answer)
 
     @vf.metric
-    def used_tool(self, trace) -> float:
+    async def used_tool(self, trace) -> float:
         return float(bool(trace.tool_messages))
 
 

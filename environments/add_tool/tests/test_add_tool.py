@@ -65,3 +65,47 @@ def test_vf_train_trains_the_taskset_and_logs_its_reward_and_metric_by_name(tmp_
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
         assert {"reward", "rewards/correct", "rewards/used_tool"} <= set(row), sorted(row)
+
+
+async def test_the_toolset_module_serves_add_over_mcp_as_upstream_starts_it() -> None:
+    """``python -m add_tool.toolset`` (upstream's launch) serves ``add`` over MCP; on stdio, as our
+    MCP client starts servers, its tool is called by name."""
+    pytest.importorskip("mcp")
+    from verifiers.tools.mcp_client import MCPConnection, MCPServerConfig
+
+    config = MCPServerConfig(name="arithmetic", command=sys.executable, args=["-m", "add_tool.toolset"],
+                             env={"PYTHONPATH": str(ROOT / "environments" / "add_tool") + os.pathsep + str(ROOT)})
+    connection = MCPConnection(config)
+    try:
+        tools = await connection.start()
+        assert [t.name for t in tools] == ["add"]
+        assert await connection.call("add", {"a": 886440, "b": 404958}) == "1291398"
+    finally:
+        await connection.close()
+
+
+async def test_with_a_port_file_the_toolset_serves_streamable_http_as_upstreams_launcher_expects(tmp_path: Path) -> None:
+    """Upstream's launcher sets ``MCP_PORT_FILE`` and ``VF_CONFIG``, reads the port, and calls over HTTP."""
+    pytest.importorskip("mcp")
+    import asyncio
+
+    from mcp import Client
+
+    port_file = tmp_path / "port"
+    env = {**os.environ, "MCP_PORT_FILE": str(port_file), "VF_CONFIG": "{}",
+           "PYTHONPATH": str(ROOT / "environments" / "add_tool") + os.pathsep + str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "add_tool.toolset"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):
+            if port_file.is_file() and port_file.read_text().strip():
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            await asyncio.sleep(0.1)
+        async with Client(f"http://127.0.0.1:{port_file.read_text().strip()}/mcp") as client:
+            assert [t.name for t in (await client.list_tools()).tools] == ["add"]
+            result = await client.call_tool("add", {"a": 2, "b": 40})
+            assert [c.text for c in result.content] == ["42"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
