@@ -314,6 +314,20 @@ def config_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def print_outcome(result: Any, rollouts_per_example: int, out: Any) -> None:
+    """The summary table and the first error message of each type (control characters escaped:
+    an error message is text a model or server wrote). Both vf-eval dialects print this."""
+    from verifiers.rollout.error_report import first_error_messages
+    from verifiers.terminal import escape_controls
+
+    _print_summary(result, rollouts_per_example, out)
+    first_messages = first_error_messages(result.results)
+    if first_messages:
+        out.print("First error message of each type:")
+        for kind, message in first_messages.items():
+            out.print(escape_controls(f"  {kind}: {message[:500]}"), soft_wrap=True, markup=False)
+
+
 def _print_summary(result: Any, rollouts_per_example: int, out: Console) -> None:
     try:
         from verifiers.eval.summary import render_summary, summarize
@@ -365,20 +379,14 @@ def _run(
         return _view(args, out)
     from verifiers.eval.legacy_flags import add_env_dir
     from verifiers.eval.runner import run_eval
-    from verifiers.rollout.error_report import error_share, first_error_messages
-    from verifiers.terminal import escape_controls
+    from verifiers.rollout.error_report import error_share
 
     check_legacy_flags(args, err)
     config = config_from_args(args)
     add_env_dir(config.env_id, args.env_dir_path, explicit=args.env_dir_path is not None)
     env = load_env(config.env_id, config.env_args) if load_env is not None else None
     result = run_eval(config, env=env, console=err)
-    _print_summary(result, config.rollouts_per_example, out)
-    first_messages = first_error_messages(result.results)
-    if first_messages:
-        out.print("First error message of each type:")
-        for kind, message in first_messages.items():
-            out.print(escape_controls(f"  {kind}: {message[:500]}"), soft_wrap=True, markup=False)
+    print_outcome(result, config.rollouts_per_example, out)
     if result.run_dir is not None:
         out.print(f"Saved: {result.run_dir}", soft_wrap=True)
         if args.report:

@@ -582,9 +582,9 @@ def _load(taskset_id: str, env_args: dict[str, Any], load_env: Callable[..., Any
 
 
 def _run(argv: list[str], out: Any, err: Any, load_env: Callable[..., Any] | None) -> int:
-    from verifiers.cli.eval import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, _print_summary
+    from verifiers.cli.eval import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, print_outcome
     from verifiers.eval.runner import run_eval
-    from verifiers.rollout.error_report import error_share, first_error_messages
+    from verifiers.rollout.error_report import error_share
     from verifiers.v1.traces import write_traces
 
     taskset_id, opts = resolve(argv)
@@ -597,12 +597,7 @@ def _run(argv: list[str], out: Any, err: Any, load_env: Callable[..., Any] | Non
         return EXIT_OK
     env = _load(taskset_id, config.env_args, load_env)
     result = run_eval(config, env=env, console=err)
-    _print_summary(result, config.rollouts_per_example, out)
-    first_messages = first_error_messages(result.results)
-    if first_messages:
-        out.print("First error message of each type:")
-    for kind, message in first_messages.items():
-        out.print(f"  {kind}: {message[:500]}", soft_wrap=True, markup=False)
+    print_outcome(result, config.rollouts_per_example, out)
     if result.run_dir is not None:
         agent = env.agent.model_dump(mode="json")
         traces = write_traces(
