@@ -19,16 +19,14 @@ import asyncio
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from verifiers.tools.mcp_client import require_mcp
 
-if TYPE_CHECKING:
-    from verifiers.v1.toolset import Toolset
 
-
-def serve(toolset: Toolset) -> None:
-    """Serve ``toolset``'s tools over MCP until the process is stopped (see the module docstring)."""
+def serve(toolset: Any) -> None:
+    """Serve ``toolset`` (a `verifiers.v1.toolset.Toolset`; not imported here, it imports this module)
+    over MCP until the process is stopped (see the module docstring)."""
     require_mcp("serving a v1 Toolset over MCP")
     from mcp.server import MCPServer
 
@@ -42,12 +40,12 @@ def serve(toolset: Toolset) -> None:
         asyncio.run(_serve_stdio(toolset, server))
 
 
-async def _serve_stdio(toolset: Toolset, server: object) -> None:
+async def _serve_stdio(toolset: Any, server: Any) -> None:
     await toolset.setup()
-    await server.run_stdio_async()  # type: ignore[attr-defined]
+    await server.run_stdio_async()
 
 
-async def _serve_http(toolset: Toolset, server: object) -> None:
+async def _serve_http(toolset: Any, server: Any) -> None:
     import uvicorn
 
     # The port is reported before setup, as upstream does, so a slow setup never looks like a dead server.
@@ -57,5 +55,5 @@ async def _serve_http(toolset: Toolset, server: object) -> None:
     if port_file := os.environ.get("MCP_PORT_FILE"):
         Path(port_file).write_text(str(sock.getsockname()[1]))
     await toolset.setup()
-    app = server.streamable_http_app(json_response=True, stateless_http=True)  # type: ignore[attr-defined]
+    app = server.streamable_http_app(json_response=True, stateless_http=True)
     await uvicorn.Server(uvicorn.Config(app, log_level="critical")).serve(sockets=[sock])
