@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from verifiers.config import merge
 from verifiers.errors import ConfigError, VFError
 from verifiers.v1.configs import AgentOptions, SelectOptions
 from verifiers.v1.environment import CLOUD_RUNTIMES, CONTAINER_RUNTIMES
@@ -167,17 +168,6 @@ def _set(tree: dict[str, Any], path: str, value: Any) -> None:
         node[leaf] = merge(node[leaf], value)
     else:
         node[leaf] = value
-
-
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` merged onto ``base`` key by key (nested dicts merged, anything else replaced)."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _env_args_json(text: str, tree: dict[str, Any]) -> None:

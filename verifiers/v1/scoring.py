@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from verifiers.v1.decorators import call, hook_option
@@ -75,28 +75,28 @@ async def score_trace(
         trace.metrics[fn.__name__] = None
     for fn in rewards:
         trace.rewards[fn.__name__] = None
-    for fn, result in zip(metrics, await _run(metrics, available), strict=True):
-        try:
-            items = _items(fn, result) if not isinstance(result, BaseException) else None
-        except TypeError as exc:
-            result = exc
-        if isinstance(result, BaseException):
-            errors.append((f"metric:{fn.__name__}", result))
-            continue
-        if isinstance(result, Mapping) and trace.metrics.get(fn.__name__) is None:
-            trace.metrics.pop(fn.__name__, None)
-        trace.record_metrics(dict(items or []))
-    for fn, result in zip(rewards, await _run(rewards, available), strict=True):
+    for _, items in _scored("metric", metrics, await _run(metrics, available), trace.metrics, errors):
+        trace.record_metrics(dict(items))
+    for fn, items in _scored("reward", rewards, await _run(rewards, available), trace.rewards, errors):
         weight = float(hook_option(fn, "weight", 1.0))
-        try:
-            items = _items(fn, result) if not isinstance(result, BaseException) else None
-        except TypeError as exc:
-            result = exc
-        if isinstance(result, BaseException):
-            errors.append((f"reward:{fn.__name__}", result))
-            continue
-        if isinstance(result, Mapping) and trace.rewards.get(fn.__name__) is None:
-            trace.rewards.pop(fn.__name__, None)
-        for key, value in items or []:
+        for key, value in items:
             trace.record_reward(key, value, weight)
     return errors
+
+
+def _scored(
+    kind: str, fns: list[Any], results: list[Any], table: dict[str, Any], errors: list[tuple[str, BaseException]]
+) -> Iterator[tuple[Any, list[tuple[str, Any]]]]:
+    """(hook, its named scores) for each hook that scored; a failed one goes to ``errors`` as
+    ``"<kind>:<name>"``. A hook that returned a mapping drops its own name's placeholder in ``table``."""
+    for fn, result in zip(fns, results, strict=True):
+        try:
+            items = _items(fn, result) if not isinstance(result, BaseException) else None
+        except TypeError as exc:
+            result = exc
+        if isinstance(result, BaseException):
+            errors.append((f"{kind}:{fn.__name__}", result))
+            continue
+        if isinstance(result, Mapping) and table.get(fn.__name__) is None:
+            table.pop(fn.__name__, None)
+        yield fn, list(items or [])
