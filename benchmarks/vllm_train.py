@@ -80,17 +80,28 @@ def run(name: str, extra: list[str], steps: int, skip: int, tmp: Path) -> dict[s
     return res
 
 
+def _shape(hidden: int, intermediate: int, heads: int, kv_heads: int, layers: int = 2) -> list[str]:
+    return ["--tiny_model.hidden_size", str(hidden), "--tiny_model.intermediate_size", str(intermediate),
+            "--tiny_model.num_attention_heads", str(heads), "--tiny_model.num_key_value_heads", str(kv_heads),
+            "--tiny_model.num_hidden_layers", str(layers)]
+
+
+# vLLM's CPU attention takes head sizes 32, 64, 80, 96, 112, 128 and 256, so every shape keeps one.
 SHAPES = {
-    "head32": [],  # the config's [tiny_model]: hidden 64, 2 heads
-    "head64": ["--tiny_model.hidden_size", "128", "--tiny_model.num_attention_heads", "2",
-               "--tiny_model.num_key_value_heads", "1"],
+    "head32": [],  # the config's [tiny_model]: hidden 64, 2 heads (the tests' shape)
+    "head64": _shape(128, 192, 2, 1),  # the tests' second shape
+    # two shapes no test uses (issue 47): other head counts, hidden sizes, depths and KV sharing
+    "h96x3": _shape(96, 256, 3, 1),  # 3 heads of 32 sharing one KV head
+    "h192x6": _shape(192, 384, 6, 2),  # 6 heads of 32, 3 per KV head
 }
+DEFAULT_SHAPES = ("head32", "head64")
 PATHS = {"embedded": RUNS["inprocess"], "vllm": RUNS["vllm_1"]}
 
 
-def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path) -> dict[str, float | int | str]:
+def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path,
+          recipe: list[str]) -> dict[str, float | int | str]:
     """One training run to the end; the learning figures from its metrics.jsonl."""
-    extra = [*SHAPES[shape], *PATHS[path], "--seed", str(seed)]
+    extra = [*SHAPES[shape], *PATHS[path], "--seed", str(seed), *recipe]
     if steps is not None:
         extra += ["--max_steps", str(steps)]
     rows, wall = train(f"{shape}/{path}/seed {seed}", tmp / f"{shape}_{path}_{seed}", extra)
@@ -102,6 +113,9 @@ def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path) -> dic
         "reward_last": round(statistics.fmean(rewards[-tenth:]), 3),
         "probe_max_abs_diff": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=0.0),
         "sampler_logp_diff_max": max((r.get("sampler/logp_diff_max", 0.0) for r in rows), default=0.0),
+        # the policy's entropy on its sampled tokens (the learner's "entropy" metric): its mean over
+        # the first tenth, steps 10-20, and the last tenth; a path that sharpens faster shows here first
+        **_entropy(rows, tenth),
         "stuck_steps": round(statistics.fmean(r["frac_reward_zero_std"] >= 1.0 and r["reward"] < 0.5
                                               for r in rows[tenth:]), 3),
         "wall_s": round(wall, 1),
@@ -110,25 +124,52 @@ def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path) -> dic
     return res
 
 
-def learn_all(seeds: int, steps: int | None, target: float) -> dict[str, object]:
+def _entropy(rows: list[dict[str, float]], tenth: int) -> dict[str, float | None]:
+    """Mean entropy over three windows of steps; a step that trained on no row (all skipped) logs none."""
+
+    def mean(window: list[dict[str, float]]) -> float | None:
+        vals = [r["entropy"] for r in window if "entropy" in r]
+        return round(statistics.fmean(vals), 3) if vals else None
+
+    return {"entropy_first": mean(rows[:tenth]), "entropy_10_20": mean(rows[10:20]),
+            "entropy_last": mean(rows[-tenth:])}
+
+
+def learn_all(seeds: int, steps: int | None, target: float, shapes: list[str],
+              recipe: list[str]) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [learn(shape, path, seed, steps, Path(tmp))
-                for shape in SHAPES for path in PATHS for seed in range(seeds)]
-    return {"runs": runs, "seeds": seeds, "target": target,
+        runs = [learn(shape, path, seed, steps, Path(tmp), recipe)
+                for shape in shapes for path in PATHS for seed in range(seeds)]
+    return {"runs": runs, "seeds": seeds, "target": target, "shapes": shapes, "recipe": recipe,
+            "paths_agree": paths_agree(runs),
             "all_reach_target": all(float(r["reward_last"]) >= target for r in runs),
             "every_sync_verified": all(float(r["probe_max_abs_diff"]) <= 1e-3 for r in runs)}
 
 
-def main() -> None:
+def paths_agree(runs: list[dict[str, float | int | str]], tol: float = 0.1) -> bool:
+    """Issue 47: for every (shape, seed) run on both paths, the last tenth's rewards within ``tol``."""
+    last = {(r["shape"], r["seed"], r["path"]): float(r["reward_last"]) for r in runs}
+    pairs = [(v, last[(s, n, "vllm")]) for (s, n, p), v in last.items() if p == "embedded" and (s, n, "vllm") in last]
+    return bool(pairs) and all(abs(a - b) <= tol for a, b in pairs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe: list[str] = []
+    if "--" in argv:  # vf-train overrides for every --seeds run, e.g. -- --num_generations 16
+        i = argv.index("--")
+        argv, recipe = argv[:i], argv[i + 1:]
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--seeds", type=int, default=0, help="measure learning on this many seeds instead of speed")
     ap.add_argument("--learn-steps", type=int, default=None, help="steps per learning run (default: the config's)")
     ap.add_argument("--target", type=float, default=0.8)
-    a = ap.parse_args()
+    ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(DEFAULT_SHAPES),
+                    help="model shapes for --seeds (default: the two the tests use)")
+    a = ap.parse_args(argv)
     if a.seeds:
-        print(json.dumps(learn_all(a.seeds, a.learn_steps, a.target)))
+        print(json.dumps(learn_all(a.seeds, a.learn_steps, a.target, a.shapes, recipe)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         results = {name: run(name, extra, a.steps, a.skip, Path(tmp)) for name, extra in RUNS.items()}

@@ -94,7 +94,7 @@ def test_main_prints_one_row_per_run_and_the_json_last(bench: Any, monkeypatch: 
     lines = capsys.readouterr().out.strip().splitlines()
     out = json.loads(lines[-1])
     assert code == 1 and calls == [("mix", 0, 20), ("mix", 1, 20), ("dapo", 0, 20), ("dapo", 1, 20)]
-    assert len(lines) == 6 and "NOT MET" in lines[1] and "boom" in lines[3]
+    assert len(lines) == 7 and "NOT MET" in lines[1] and "boom" in lines[3]
     assert lines[4] == "met per config: mix 1/2, dapo 1/2" and out["met_per_config"] == {"mix": "1/2", "dapo": "1/2"}
     assert [(r["config"], r["seed"], r["met"]) for r in out["runs"]] == [
         ("mix", 0, True), ("mix", 1, False), ("dapo", 0, True), ("dapo", 1, False)]
@@ -103,9 +103,13 @@ def test_main_prints_one_row_per_run_and_the_json_last(bench: Any, monkeypatch: 
     assert first["target"] == "first10 <= 0.2 and last10% >= 0.8"
     assert out["runs"][3]["error"] == "exit 1: boom"  # a failed run is not met, even with good rewards
     assert (out["targets_met"], out["all_met"], out["max_steps"]) == ("2/4", False, 20)
+    # the worst seed: the lowest last-10% reward, and a failed run below any reward it logged
+    assert out["worst_per_config"] == {"mix": {"seed": 1, "last": 0.0},
+                                       "dapo": {"seed": 1, "last": 1.0, "error": "exit 1: boom"}}
+    assert lines[5] == "worst seed per config: mix seed 1 0.0, dapo seed 1 1.0"
 
 
-def test_the_quickstart_runs_ten_seeds_by_default_from_the_first_seed_given(
+def test_every_config_runs_ten_seeds_by_default_from_the_first_seed_given(
         bench: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     calls = []
 
@@ -117,7 +121,7 @@ def test_the_quickstart_runs_ten_seeds_by_default_from_the_first_seed_given(
 
     monkeypatch.setattr(bench, "train", fake_train)
     assert bench.main(["--configs", "quickstart", "mix", "--mixed-precision", "bf16"]) == 0
-    assert calls == [("quickstart", s, "bf16") for s in range(10)] + [("mix", s, "bf16") for s in range(3)]
+    assert calls == [("quickstart", s, "bf16") for s in range(10)] + [("mix", s, "bf16") for s in range(10)]
     calls.clear()
     assert bench.main(["--configs", "quickstart", "--seeds", "2", "--first-seed", "10", "--",
                        "--num_generations", "16"]) == 0
@@ -125,3 +129,4 @@ def test_the_quickstart_runs_ten_seeds_by_default_from_the_first_seed_given(
                      ("quickstart", 11, None, "--num_generations", "16")]
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["met_per_config"] == {"quickstart": "2/2"} and out["mixed_precision"] is None
+    assert out["worst_per_config"] == {"quickstart": {"seed": 10, "last": 1.0}}

@@ -34,6 +34,15 @@ def test_command_is_set_up_for_rl(tmp_path: Path) -> None:
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # pause/resume, collective_rpc, weight transfer routes
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert "--weight-transfer-config" not in argv  # no NCCL on CPU
+    assert "--no-enable-chunked-prefill" in argv  # vLLM's CPU engine crashes on a split seeded prefill
+
+
+def test_chunked_prefill_is_left_to_vllm_on_a_gpu_and_to_the_user_when_named(tmp_path: Path) -> None:
+    gpu, _ = build_command(VLLMServerSpec(str(model_dir(tmp_path, num_attention_heads=4)), device="cuda"), 1)
+    named, _ = build_command(VLLMServerSpec(str(model_dir(tmp_path)), device="cpu",
+                                            extra_args=["--enable-chunked-prefill"]), 1)
+    assert not any("chunked-prefill" in a for a in gpu)
+    assert [a for a in named if "chunked-prefill" in a] == ["--enable-chunked-prefill"]
 
 
 def test_gpu_command_turns_on_nccl_weight_transfer(tmp_path: Path) -> None:

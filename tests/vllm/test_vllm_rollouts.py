@@ -76,6 +76,30 @@ def test_sampling_logprobs_are_the_models_raw_logprobs(vllm_server: VLLMServer, 
         assert turn.completion_logprobs == pytest.approx(ref, abs=1e-4)
 
 
+def test_seeded_requests_whose_prompts_exceed_the_token_budget_all_complete(vllm_server: VLLMServer) -> None:
+    """A trainer step's seeded requests in one burst (the Quickstart's groups of 16: 128 at once).
+
+    vLLM's CPU build (0.32) crashed its engine here when chunked prefill split a seeded request's
+    prompt (a CPU generator has no offset to rewind): every later request then failed to connect.
+    `build_command` turns chunked prefill off on a CPU; this is the burst that crashed it.
+    """
+    import asyncio
+
+    from openai import AsyncOpenAI
+
+    async def burst() -> list[Any]:
+        async with AsyncOpenAI(base_url=vllm_server.base_url, api_key="none") as client:
+            return await asyncio.gather(*(
+                client.chat.completions.create(
+                    model="policy", max_tokens=4, temperature=1.0, seed=1000 + i,
+                    messages=[{"role": "user", "content": f"Repeat the letter {'abcd'[i % 4]}, " + "please " * 8}])
+                for i in range(160)))
+
+    replies = asyncio.run(burst())
+    assert len(replies) == 160 and all(r.usage.completion_tokens >= 1 for r in replies)
+    assert sum(r.usage.prompt_tokens for r in replies) > 8192  # more than one step's token budget
+
+
 class EchoTurns(vf.MultiTurnEnv):
     """Three model turns; the environment answers between them (its tokens are not the model's)."""
 

@@ -119,7 +119,14 @@ class VLLMServerSpec:
 
 
 def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment that start vLLM for ``spec`` on ``port``."""
+    """The argv and environment that start vLLM for ``spec`` on ``port``.
+
+    On a CPU chunked prefill is off unless ``extra_args`` says otherwise: vLLM's CPU build (0.32)
+    crashes its engine when a seeded request's prefill is split across steps (it rewinds the
+    request's generator with ``set_offset``, which a CPU generator refuses), and every trainer
+    request is seeded. Batches whose prompts exceed the token budget (``--max-num-batched-tokens``)
+    split them; the Quickstart's 128 requests a step (groups of 16) did.
+    """
     device = spec.resolved_device()
     cfg = check_model_for_vllm(spec.model_dir, device=device)
     argv = [
@@ -146,6 +153,8 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
         argv += ["--chat-template", spec.chat_template]
     if spec.tool_call_parser is not None:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
+    if device == "cpu" and not any("chunked-prefill" in a for a in spec.extra_args):
+        argv.append("--no-enable-chunked-prefill")
     argv += list(spec.extra_args)
     env = dict(os.environ)
     env["VLLM_SERVER_DEV_MODE"] = "1"
