@@ -38,6 +38,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -355,6 +356,43 @@ def update_readme(text: str, rows: list[Row], ran: set[str]) -> str:
     return f"{head}{BEGIN}\n{table(merged)}\n{END}{tail}"
 
 
+MOVED = 0.10  # a ratio that moved by more than this share of its recorded value is printed
+
+
+def _figure_key(row: Row) -> tuple[str, str]:
+    """A row's identity across runs: its figure without the measured details after a ';' in parentheses."""
+    return row.benchmark, re.sub(r";[^)]*\)", ")", row.figure)
+
+
+def _ratio_value(cell: str) -> float | None:
+    try:
+        return float(cell.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def compare_with_recorded(recorded: list[Row], rows: list[Row]) -> tuple[list[str], list[str]]:
+    """``(moved, flipped)``: rows whose same-run ratio (ours / its own baseline, never an absolute time)
+    moved by more than `MOVED` against the recorded table, and rows whose target went from met to missed.
+
+    Issue 53: the toy trainer step fell from 0.47x to 0.70x TRL's and no table said so.
+    """
+    before = {_figure_key(r): r for r in recorded}
+    moved, flipped = [], []
+    for row in rows:
+        old = before.get(_figure_key(row))
+        if old is None:
+            continue
+        a, b = _ratio_value(old.ratio), _ratio_value(row.ratio)
+        if a and b is not None and abs(b / a - 1) > MOVED:
+            moved.append(f"{row.benchmark}: {row.figure}: ratio {old.ratio} ({old.date}) -> {row.ratio} "
+                         f"({b / a - 1:+.0%})")
+        if old.met.startswith("yes") and row.met.startswith("**no**"):
+            flipped.append(f"{row.benchmark}: {row.figure}: target {row.target} met on {old.date}, missed now "
+                           f"(ours {row.ours}, ratio {row.ratio})")
+    return moved, flipped
+
+
 def learning(only: list[str], results: Path, fresh: bool, write: bool) -> int:
     """``--learning``: every learning claim's units, their table in LEARNING.md, the JSON last."""
     sys.path.insert(0, str(HERE))
@@ -402,14 +440,21 @@ def main(argv: list[str] | None = None) -> int:
         got, results[bench.name] = run_bench(bench, args.quick, log_dir)
         rows += got
     print(table(rows))
+    text = README.read_text()
+    recorded = parse_table(text.split(BEGIN, 1)[1].split(END, 1)[0]) if BEGIN in text and END in text else []
+    moved, flipped = compare_with_recorded(recorded, rows)
+    for line in moved:
+        print(f"[run_all] moved: {line}")
+    for line in flipped:
+        print(f"[run_all] TARGET NOW MISSED: {line}")
     if not args.no_readme:
         README.write_text(update_readme(README.read_text(), rows, {b.name for b in chosen}))
         print(f"[run_all] table written to {README.relative_to(ROOT)}")
     print(f"[run_all] {time.perf_counter() - t0:.0f} s in all; logs in {log_dir}")
     failed = [r.benchmark for r in rows if r.figure.startswith("FAILED")]
-    print(json.dumps({"rows": [asdict(r) for r in rows], "failed": failed, "quick": args.quick,
-                      "elapsed_s": round(time.perf_counter() - t0, 1), "log_dir": str(log_dir)}))
-    return 1 if failed else 0
+    print(json.dumps({"rows": [asdict(r) for r in rows], "failed": failed, "moved": moved, "flipped": flipped,
+                      "quick": args.quick, "elapsed_s": round(time.perf_counter() - t0, 1), "log_dir": str(log_dir)}))
+    return 1 if failed or flipped else 0
 
 
 if __name__ == "__main__":

@@ -90,6 +90,22 @@ def test_readme_table_is_replaced_between_markers_keeping_rows_not_rerun(run_all
     assert run_all.update_readme(new, [Row("trainer_step", "new", "1")], {"trainer_step"}) == new
 
 
+def test_a_ratio_that_moved_and_a_target_that_flipped_are_named_against_the_recorded_table(run_all: Any) -> None:
+    """Issue 53: the recorded trainer_step ratio was 0.466 and a later run's 0.69 went unnoticed."""
+    recorded = run_all.rows_trainer_step({**TRAINER_STEP, "ratio": 0.466, "rounds": [{"ratio": 0.46}, {"ratio": 0.47}]})
+    for r in recorded:
+        r.date = "2026-11-27"
+    now = run_all.rows_trainer_step({**TRAINER_STEP, "ratio": 0.69, "rounds": [{"ratio": 0.7}, {"ratio": 0.68}]})
+    recorded[0].met = "yes"  # 0.466 <= 0.5
+    moved, flipped = run_all.compare_with_recorded(recorded, now)
+    assert len(moved) == 1 and "ratio 0.466 (2026-11-27) -> 0.690 (+48%)" in moved[0]  # MFU rows have no ratio
+    assert len(flipped) == 1 and flipped[0].startswith("trainer_step: s per GRPO step vs TRL")
+    same = run_all.rows_trainer_step({**TRAINER_STEP, "ratio": 0.48})
+    assert run_all.compare_with_recorded(recorded, same) == ([], [])  # within 10%, still met
+    other_size = run_all.rows_trainer_step({**TRAINER_STEP, "ratio": 0.9, "model": {"params": 25e6}})
+    assert run_all.compare_with_recorded(recorded, other_size) == ([], [])  # another size is another row
+
+
 def test_a_readme_without_markers_gets_the_section_after_its_first_paragraph(run_all: Any) -> None:
     text = "# Benchmarks\n\nRun them quietly.\n\n## rollout_engine.py\n\ndetails\n"
     new = run_all.update_readme(text, [run_all.Row("learning", "reward", "0 → 1")], {"learning"})
