@@ -116,6 +116,9 @@ def learn(shape: str, path: str, seed: int, steps: int | None, tmp: Path,
         # the policy's entropy on its sampled tokens (the learner's "entropy" metric): its mean over
         # the first tenth, steps 10-20, and the last tenth; a path that sharpens faster shows here first
         **_entropy(rows, tenth),
+        # the largest share of a step's sampled tokens that were markup (`<tool_call>`...): a policy
+        # collapsing onto them (the reward hack of issue 47) shows here while entropy falls
+        "markup_share_max": round(max((r.get("completions/markup_share", 0.0) for r in rows), default=0.0), 4),
         "stuck_steps": round(statistics.fmean(r["frac_reward_zero_std"] >= 1.0 and r["reward"] < 0.5
                                               for r in rows[tenth:]), 3),
         "wall_s": round(wall, 1),

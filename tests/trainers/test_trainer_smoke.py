@@ -81,6 +81,7 @@ def test_three_steps_move_every_parameter_and_log_finite_metrics(
         # one reward function with weight 1: its metric is the reward
         assert row["rewards/mean_code_point"] == pytest.approx(row["reward"])
         assert 0 <= row["completions/clipped_ratio"] <= 1
+        assert 0 <= row["completions/markup_share"] < 0.5  # the tiny tokenizer's <tool_call> & co. sampled
         assert 0 < row["completions/mean_length"] <= cfg.max_tokens
         assert row["learning_rate"] == pytest.approx(cfg.learning_rate)
         assert row["staleness"] == 0.0  # synchronous generation

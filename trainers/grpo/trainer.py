@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from trainers.grpo.algo.algorithms import AlgorithmPreset, get_algorithm
 from trainers.grpo.config import TrainConfig, validate_processes, validate_run
-from trainers.grpo.data.assemble import BatchAssembler
+from trainers.grpo.data.assemble import BatchAssembler, markup_token_ids
 from trainers.grpo.data.batch import TrainBatch
 from trainers.grpo.data.feed import NothingToTrain, StepFeed, step_metrics
 from trainers.grpo.data.prompts import expert_sets, training_rows
@@ -125,7 +125,8 @@ class GRPOTrainer:
         # Expert rows for MIX's SFT half and for the two SFT warm-up phases (content, every token).
         self.expert, self.warmup_rows, self.warmup_all_rows = expert_sets(cfg, self.preset, self.tokenizer)
         self.feed = StepFeed(cfg, self.generator, self.store, self.env, self.dist)
-        self.assembler = BatchAssembler(cfg, self.preset, self.dist, self.tokenizer.pad_token_id or 0, self.expert)
+        self.assembler = BatchAssembler(cfg, self.preset, self.dist, self.tokenizer.pad_token_id or 0, self.expert,
+                                        markup_token_ids(self.tokenizer))
         self.learner = Learner(cfg, self.preset, self.dist, self.policy, updating=self.sync.updating,
                                with_expert=bool(self.expert), on_commit=self.stop.commit)
         self.ckpt = Checkpointer(cfg, self.out, self.dist, self.console, self.policy, self.generator, self.store,

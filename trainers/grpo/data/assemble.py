@@ -63,15 +63,28 @@ SERVER_ERRORS = {"ServerError", "ModelTimeoutError", "RolloutTimeoutError", "Emp
 """Rollout errors that mean the inference server is gone or stuck, not that the environment is wrong."""
 
 
+def markup_token_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's markup tokens: added, not special, more than one character (``<tool_call>``).
+
+    They are text a user does not read (``vf.reply_text`` drops them), so a policy that samples
+    more of them is not saying more; ``completions/markup_share`` follows them.
+    """
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return frozenset(int(i) for i, tok in added.items()
+                     if not getattr(tok, "special", True) and len(getattr(tok, "content", str(tok))) > 1)
+
+
 class BatchAssembler:
     """Builds the step's batch from whole groups (plus the ``mix`` preset's expert rows)."""
 
-    def __init__(self, cfg: Any, preset: AlgorithmPreset, dist: Dist, pad_id: int, expert: list[TrainRow]) -> None:
+    def __init__(self, cfg: Any, preset: AlgorithmPreset, dist: Dist, pad_id: int, expert: list[TrainRow],
+                 markup_ids: frozenset[int] = frozenset()) -> None:
         self.cfg = cfg
         self.preset = preset
         self.dist = dist
         self.pad_id = pad_id
         self.expert = expert
+        self.markup_ids = markup_ids
 
     def build(self, groups: list[list[RolloutResult]], step: int, device: Any) -> tuple[TrainBatch, dict[str, float]]:
         """The batch for step ``step + 1`` on ``device``, with its advantages, and the rollout metrics."""
@@ -158,21 +171,27 @@ class BatchAssembler:
         rows' trained tokens together; clipped when one of its rows is). ``rollouts/trained``
         counts rollouts, ``rollouts/timeouts`` those cut by a wall-clock limit (an agent program's
         ``timeout_s``: under a slow server that is the server's latency, not the policy's doing), ``rollouts/rows_per_rollout`` their mean number of rows,
-        ``rollouts/prefix_breaks`` the model calls that did not extend an earlier call and
+        ``completions/markup_share`` is the share of trained completion tokens that are markup (the
+        tokenizer's added, non-special multi-character tokens: ``<tool_call>``, ``<think>``), which
+        rewards read through ``vf.reply_text`` ignore; ``rollouts/prefix_breaks`` the model calls that did not extend an earlier call and
         ``rollouts/token_in_share`` (only with agent programs' follow-up calls) the share of those
         follow-ups that continued the earlier call's exact ids.
         """
         del batch  # the rows say it all (kept in the signature for callers)
         lengths: dict[int, int] = {}
         clipped: dict[int, bool] = {}
+        markup = 0
         for i, row in enumerate(r for r in rows if not r.is_expert):
             key = row.rollout if row.rollout >= 0 else -1 - i
             lengths[key] = lengths.get(key, 0) + sum(row.loss_mask)
             clipped[key] = clipped.get(key, False) or row.is_truncated
+            if self.markup_ids:
+                markup += sum(1 for t, m in zip(row.input_ids[1:], row.loss_mask, strict=False)
+                              if m and t in self.markup_ids)
         local = {
             "reward": sum(r.reward for r in results), "n/results": len(results),
             "lengths": sum(lengths.values()), "n/lengths": len(lengths),
-            "clipped": float(sum(clipped.values())), "n/rl": float(len(lengths)),
+            "clipped": float(sum(clipped.values())), "n/rl": float(len(lengths)), "markup": float(markup),
             "rows": float(sum(1 for r in rows if not r.is_expert)), "prefix_breaks": float(breaks),
             "errors": sum(1 for r in results if r.error),
             "timeouts": sum(1 for r in results if r.stop_reason == "timeout"),
@@ -199,6 +218,8 @@ class BatchAssembler:
             "rollouts/rows_per_rollout": tot["rows"] / tot["n/rl"],
             "rollouts/prefix_breaks": tot["prefix_breaks"],
         }
+        if self.markup_ids:  # a policy drifting onto markup tokens (issue 47: the `<tool_call>` hack) shows here
+            metrics["completions/markup_share"] = tot["markup"] / max(tot["lengths"], 1)
         if tot["follow_ups"]:  # agent programs' calls that extended an earlier call: how many went token-in
             metrics["rollouts/token_in_share"] = tot["token_in"] / tot["follow_ups"]
         for k in sorted(tot):
