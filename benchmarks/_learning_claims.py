@@ -130,7 +130,9 @@ def vllm_rows(out: dict[str, Any]) -> list[ClaimRow]:
         gap = None if emb is None else abs(float(r["reward_last"]) - float(emb["reward_last"]))
         figure = (f"last reward vLLM {_f(r['reward_last'])}, embedded {_f(emb and emb['reward_last'])}; "
                   f"gap {_f(gap)}")
-        rows.append(ClaimRow("vLLM learns like the embedded engine", f"quickstart_vllm.toml [{shape}]", str(seed),
+        recipe = " ".join(out.get("recipe") or [])
+        rows.append(ClaimRow("vLLM learns like the embedded engine",
+                             f"quickstart_vllm.toml [{shape}]" + (f" {recipe}" if recipe else ""), str(seed),
                              "|vLLM - embedded| ≤ 0.1", figure, None if gap is None else gap <= 0.1,
                              seconds=r.get("wall_s")))
     return rows
@@ -156,7 +158,11 @@ def units() -> list[Unit]:
     program_rl = [Unit(f"agent_program_rl_seed{s}", "agent_learning",
                        ("--config", "examples/configs/agent_program_rl.toml", "--seed", str(s)), agent_learning_rows(s),
                        3600) for s in range(6)]
-    vllm = [Unit("vllm_vs_embedded", "vllm_train", ("--seeds", "3"), vllm_rows, 4 * 3600, needs="vllm")]
+    vllm = [Unit("vllm_vs_embedded", "vllm_train", ("--seeds", "3"), vllm_rows, 4 * 3600, needs="vllm"),
+            # two shapes no test uses, with the Quickstart's groups of 16 (docs/scaling.md, issue 47)
+            Unit("vllm_vs_embedded_new_shapes", "vllm_train",
+                 ("--seeds", "3", "--shapes", "h96x3", "h192x6", "--", "--num_generations", "16", "--learning_rate",
+                  "1e-3"), vllm_rows, 4 * 3600, needs="vllm")]
     real = [Unit(f"real_model_seed{s}", "real_model",
                  ("--train", "--seed", str(s), "--output_dir", f"runs/learning/real_model_seed{s}"), real_model_rows,
                  2 * 3600) for s in range(3)]

@@ -8,7 +8,7 @@ needs a vLLM server and is trained in ``tests/vllm``; ``agentic.toml`` starts wi
 warm-up and shows its first rewards after about 80 RL steps, 2 to 3 minutes of CI: its warm-up is
 tested in ``test_sft_warmup.py``, its two-turn rows in ``test_multiturn_rows.py`` and its learning by
 ``benchmarks/agentic_learning.py``.) One seed here; ``benchmarks/examples_learn.py`` trains every
-config's whole budget on 3 seeds against the target written in the config (``# target: ...``).
+config's whole budget on 10 seeds against the target written in the config (``# target: ...``).
 """
 
 from __future__ import annotations
