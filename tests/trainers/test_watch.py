@@ -132,3 +132,27 @@ def test_a_step_with_timed_out_rollouts_says_so_in_its_line() -> None:
     watch.step(1, {"reward": 0.5, "loss": 0.1, "rollouts/timeouts": 3.0})
     watch.step(2, {"reward": 0.5, "loss": 0.1, "rollouts/timeouts": 0.0})
     assert "timeouts 3" in lines[0] and "timeouts" not in lines[1]
+
+
+def test_a_long_step_off_a_terminal_says_which_phase_it_is_in() -> None:
+    """Issue 48 item 7: a real model's step can run for minutes; a log must show it is alive."""
+    import time
+
+    lines: list[str] = []
+    watch = RunWatch(lines.append, plain=True, max_steps=40, start_step=0, every_steps=10, every_s=0.2,
+                     degenerate_steps=10, masks_truncated=False, filters_groups=False)
+    with watch.heartbeat():
+        watch.enter("learning", 1)
+        time.sleep(0.9)
+        watch.step(1, {"reward": 0.5, "loss": 0.0})  # the step's own line
+    beats = [ln for ln in lines if ln.startswith("step 1/40: learning (")]
+    assert 2 <= len(beats) <= 6 and lines[-1].startswith("step 1/40 | reward 0.5000")
+    time.sleep(0.5)
+    assert lines[-1].startswith("step 1/40 | reward")  # the heartbeat ends with the loop
+    quiet: list[str] = []
+    on_terminal = RunWatch(quiet.append, plain=False, max_steps=40, start_step=0, every_steps=10, every_s=0.2,
+                           degenerate_steps=10, masks_truncated=False, filters_groups=False)
+    with on_terminal.heartbeat():  # the progress bar shows a terminal user the run is alive
+        on_terminal.enter("learning", 3)
+        time.sleep(0.5)
+    assert quiet == []

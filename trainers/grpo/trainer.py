@@ -39,7 +39,6 @@ from trainers.grpo.run.display import RunDisplay
 from trainers.grpo.run.outdir import prepare_output_dir
 from trainers.grpo.run.reporting import MetricsLogger, TrainSummary, summarize
 from trainers.grpo.run.signals import StopSignals
-from trainers.grpo.run.watch import format_loss
 from trainers.grpo.sync.managed import ManagedServers
 from trainers.grpo.sync.mirrored import MirroredSync
 from trainers.grpo.sync.weight_sync import WeightSync, make_weight_sync
@@ -197,7 +196,7 @@ class GRPOTrainer:
             self.step, self.version, self.reward_history = resumed.step, resumed.version, resumed.reward_history
         # The banner comes first: what runs, on what, where, before any slow phase (the warm-up).
         facts = self.show.facts(self.policy, len(self.generator.rows), self.step, self.out)
-        self.feed.on_errors = self.show.start(self.step, facts, self.device).errors
+        self.feed.on_errors = (watch := self.show.start(self.step, facts, self.device)).errors
         if resumed is None:
             self.sync.on_start(self.version)
             if (cfg.sft_warmup_steps or cfg.sft_warmup_all_steps) and self.step == 0:
@@ -217,6 +216,7 @@ class GRPOTrainer:
                     if self.dist.any_rank(self.stop.requested):  # all ranks stop at the same step
                         raise KeyboardInterrupt
                     self._step_start = self.ckpt.data_state(self.step, self.version, self.reward_history)
+                    watch.enter("generating", self.step + 1)
                     t_step = time.perf_counter()
                     try:
                         groups, versions, info = self._take_batch()
@@ -230,12 +230,14 @@ class GRPOTrainer:
                         self.show.skipped(self.step, skipped["reward"], cfg.max_refills)
                         continue
                     batch, metrics = self._build(groups)
+                    watch.enter("learning", self.step + 1)
                     t_train = time.perf_counter()
                     metrics.update(self._global_train_metrics(self._optimize(batch)))
                     self.version += 1
                     self.step += 1
                     self._step_start = None  # the step is complete: a checkpoint from here on holds it
                     self._unsynced = metrics  # logged by the handler below if the sync fails
+                    watch.enter("syncing weights", self.step)
                     metrics.update(self.sync.after_step(self.version))  # vLLM: timings, probe, requests
                     self._unsynced = None
                     self.store.set_policy_version(self.version)  # after every rank's sync (Ray: rank 0's store)
@@ -243,6 +245,7 @@ class GRPOTrainer:
                     metrics.update(step_metrics(self.version, versions, info, t_train, t_step, time.perf_counter()))
                     metrics.update(self.generator.metrics())  # Ray: groups rerun because a worker died
                     if cfg.eval_every and self.step % cfg.eval_every == 0 and self.dist.is_main:
+                        watch.enter("evaluating", self.step)
                         metrics.update(self.feed.evaluate(self.sampling_args))
                         self.show.print(f"eval at step {self.step}: reward {metrics['eval/reward']:.4f} "
                                         f"({cfg.eval_num_examples} examples)")
@@ -282,15 +285,10 @@ class GRPOTrainer:
 
     def _record_step(self, logger: MetricsLogger, groups: list[list[RolloutResult]],
                      metrics: dict[str, float]) -> None:
-        """A finished step: the watch's lines and warnings, the metrics row, the progress bar."""
-        assert self.show.watch is not None
-        self.show.watch.step(self.step, metrics)
+        """A finished step: its reward kept, then its lines, warnings, metrics row and progress bar."""
         self.reward_history.append(metrics["reward"])
         self._last_groups = groups
-        # A step with an evaluation is always logged: its eval/* values are not in any other row.
-        if self.step % self.cfg.log_every == 0 or self.step == self.cfg.max_steps or "eval/reward" in metrics:
-            logger.log(self.step, metrics)
-        self.show.advance(self.step, f"reward {metrics['reward']:.3f} loss {format_loss(metrics.get('loss', 0.0))}")
+        self.show.record(self.step, metrics, logger)
 
     def _finish(self) -> None:
         """A run that reached ``max_steps``: the last checkpoint, the final model, samples, curves."""

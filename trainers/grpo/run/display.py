@@ -15,7 +15,7 @@ from trainers.grpo.algo.algorithms import AlgorithmPreset
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.learn.policy import Policy
 from trainers.grpo.run.reporting import plot_curves, samples_table
-from trainers.grpo.run.watch import RunWatch
+from trainers.grpo.run.watch import RunWatch, format_loss
 from verifiers.types import RolloutResult
 
 
@@ -65,8 +65,9 @@ class RunDisplay:
 
     @contextlib.contextmanager
     def running(self, step: int) -> Iterator[None]:
-        """The progress bar is drawn while the loop runs."""
-        with self.progress:
+        """The progress bar is drawn (off a terminal: the heartbeat lines run) while the loop runs."""
+        assert self.watch is not None, "start() comes first"
+        with self.progress, self.watch.heartbeat():
             self.task = self.progress.add_task("train", total=self.cfg.max_steps, completed=step, info="")
             yield
 
@@ -75,6 +76,15 @@ class RunDisplay:
         self.print(f"step {step}: every group had equal rewards after "
                    f"{max_refills} refills (mean {reward:.3f}); no update")
         self.advance(step, f"reward {reward:.3f} (skipped)")
+
+    def record(self, step: int, metrics: dict[str, float], logger: Any) -> None:
+        """A finished step: the watch's lines and warnings, the metrics row, the progress bar."""
+        assert self.watch is not None, "start() comes first"
+        self.watch.step(step, metrics)
+        # A step with an evaluation is always logged: its eval/* values are not in any other row.
+        if step % self.cfg.log_every == 0 or step == self.cfg.max_steps or "eval/reward" in metrics:
+            logger.log(step, metrics)
+        self.advance(step, f"reward {metrics['reward']:.3f} loss {format_loss(metrics.get('loss', 0.0))}")
 
     def advance(self, step: int, info: str) -> None:
         self.progress.update(self.task, completed=step, info=info)

@@ -16,14 +16,18 @@ it learns nothing, and each is caught here:
   ``watch/zero_spread_steps`` every step and the warning as ``watch/collapse_warning``;
 * output that is not a terminal (``vf-train > log``, a batch job): rich's progress bar draws
   nothing there, so a plain line is printed every ``log_lines_every`` steps or
-  ``log_lines_every_s`` seconds instead, after a start-up banner.
+  ``log_lines_every_s`` seconds instead, after a start-up banner; a step that runs longer than
+  that (a real model's step on a CPU: 30-100 s) gets a line saying which phase it is in, so a
+  log never looks hung.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.markup import escape
@@ -77,12 +81,42 @@ class RunWatch:
         self.filters_groups = filters_groups
         self.t0 = time.monotonic()
         self.last_line = self.t0
+        self.phase = ("starting", start_step + 1, self.t0)
+        """What the running step is doing: (phase, step number, since when), set through `enter`."""
         self.seen_errors: set[tuple[str, str]] = set()
         self.streak: dict[str, int] = {}
         self.warned: set[str] = set()
         self.collapse_steps = collapse_steps
         self.zero_spread = 0
         self.collapse_warned = False
+
+    def enter(self, phase: str, step: int) -> None:
+        """The trainer is now ``phase`` ("generating", "learning", "syncing weights") of ``step``."""
+        self.phase = (phase, step, time.monotonic())
+
+    @contextlib.contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """Off a terminal, a line whenever ``every_s`` seconds passed without one, for as long as this runs."""
+        if not self.plain:
+            yield
+            return
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(max(0.05, self.every_s - (time.monotonic() - self.last_line))):
+                now = time.monotonic()
+                if now - self.last_line >= self.every_s:
+                    self.last_line = now
+                    phase, step, since = self.phase
+                    self.print(f"step {step}/{self.max_steps}: {phase} ({now - since:.0f} s so far)")
+
+        thread = threading.Thread(target=beat, name="vf-train-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=5)
 
     def banner(self, facts: dict[str, Any]) -> None:
         self.print("vf-train: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
