@@ -35,7 +35,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import resource
 import socket
 import subprocess
@@ -116,10 +115,10 @@ def check_splits(env: Any, env_id: str) -> None:
 
 # ----------------------------------------------------------------------------- evaluation
 def readable_answer(text: str) -> bool:
-    """The reply states a number the grader reads: in the last closed ``\\boxed{}``, or as the whole reply."""
-    from verifiers.parsers.parser import extract_boxed_answer
+    """The reply states a number the grader reads (MathRubric's parse: boxed or plain, prose included)."""
+    from verifiers.rubrics.math_rubric import reads_a_number
 
-    return re.fullmatch(r"\s*-?\d[\d,]*(\.\d+)?\s*", extract_boxed_answer(text)) is not None
+    return reads_a_number(text)
 
 
 def answer_figures(results: list[Any]) -> dict[str, float | None]:
@@ -127,11 +126,13 @@ def answer_figures(results: list[Any]) -> dict[str, float | None]:
     that states an answer the grader reads (``answered``) and the accuracy among those (``accuracy_answered``).
 
     pass@1 is about ``answered * accuracy_answered``: a lift in the first is the model learning to
-    answer briefly in the asked format, a lift in the second is arithmetic. An environment that
-    reports its own ``answered`` metric (reasoning-gym: an ``<answer>`` tag) is read by it; the
-    others by `readable_answer` (a boxed or bare number).
+    finish a reply (not cut) that states an answer, a lift in the second is arithmetic. ``boxed`` is
+    the share that used the asked ``\\boxed{}`` (format alone: the grader reads prose answers too).
+    An environment that reports its own ``answered`` metric (reasoning-gym: an ``<answer>`` tag) is
+    read by it; the others by `readable_answer` (the number the grader reads, if any).
     """
     from verifiers.parsers.markup import reply_text
+    from verifiers.parsers.parser import extract_boxed_answer
 
     def readable(r: Any) -> bool:
         if "answered" in r.metrics:
@@ -141,8 +142,10 @@ def answer_figures(results: list[Any]) -> dict[str, float | None]:
     n = max(len(results), 1)
     answered = [r for r in results if not r.is_truncated and readable(r)]
     right = sum(r.reward >= 1.0 for r in answered)
+    boxed = sum("\\boxed" in (t := reply_text(r.completion)) and extract_boxed_answer(t) != t for r in results)
     return {"cut": round(sum(r.is_truncated for r in results) / n, 4), "answered": round(len(answered) / n, 4),
-            "accuracy_answered": round(right / len(answered), 4) if answered else None}
+            "accuracy_answered": round(right / len(answered), 4) if answered else None,
+            "boxed": round(boxed / n, 4)}
 
 
 async def evaluate(client: Any, env: Any, examples: int, samples: int, max_tokens: int,
@@ -322,7 +325,8 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "greedy_before": before["greedy"], "greedy_after": after["greedy"],
         "truncated_before": before["truncated"], "truncated_after": after["truncated"],
         "answered_before": before["answered"], "answered_after": after["answered"],
-        "accuracy_answered_before": before["accuracy_answered"],
+        "accuracy_answered_before": before["accuracy_answered"], "boxed_before": before.get("boxed"),
+        "boxed_after": after.get("boxed"),
         "accuracy_answered_after": after["accuracy_answered"], "max_tokens": args.max_tokens,
         "train_s": round(train_s, 1), "steps": steps, "s_per_step": round(train_s / max(steps, 1), 2),
         "generation_s": round(gen_s, 1), "learner_s": round(learn_s, 1),

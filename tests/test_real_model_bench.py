@@ -26,11 +26,13 @@ def reply(text: str, reward: float, cut: bool = False) -> vf.RolloutResult:
                             is_truncated=cut)
 
 
-def test_readable_answers_are_boxed_numbers_or_bare_numbers(bench: Any) -> None:
+def test_readable_answers_are_the_numbers_the_grader_reads(bench: Any) -> None:
     assert bench.readable_answer("So 2 + 3 = \\boxed{5}.")
     assert bench.readable_answer(" -12\n")
     assert bench.readable_answer("\\boxed{1,200}")
-    assert not bench.readable_answer("The answer is 5")  # no box: the grader does not read it
+    # MathRubric reads prose too: the untrained model's correct answers were mostly unboxed
+    assert bench.readable_answer("The answer is 5")
+    assert not bench.readable_answer("First 7, then 5")  # the grader reads no single number here
     assert not bench.readable_answer("\\boxed{5")  # a box cut short
     assert not bench.readable_answer("\\boxed{five}")
 
@@ -44,7 +46,7 @@ def test_pass1_splits_into_answered_and_accuracy_among_answered(bench: Any) -> N
         reply("It is five.<|im_end|>", 0.0),
     ]
     figures = bench.answer_figures(results)
-    assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4)}
+    assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4), "boxed": 0.4}
     assert bench.answer_figures([reply("no", 0.0)])["accuracy_answered"] is None
 
 
@@ -70,7 +72,8 @@ def test_an_environment_s_own_answered_metric_decides_what_was_answered(bench: A
     tagged.metrics["answered"] = 1.0
     untagged = reply("5", 0.0)  # a bare number, but reasoning-gym asked for <answer> tags
     untagged.metrics["answered"] = 0.0
-    assert bench.answer_figures([tagged, untagged]) == {"cut": 0.0, "answered": 0.5, "accuracy_answered": 1.0}
+    assert bench.answer_figures([tagged, untagged]) == {"cut": 0.0, "answered": 0.5, "accuracy_answered": 1.0,
+                                                        "boxed": 0.0}
     assert [kw["dataset"] for _, kw in bench.reasoning_gym_envs("chain_sum,leg_counting")] == ["chain_sum",
                                                                                                 "leg_counting"]
 

@@ -57,6 +57,23 @@ def math_equal(predicted: str, answer: str) -> bool:
     return predicted == answer
 
 
+def reads_a_number(reply: str) -> bool:
+    """True when the grader reads one number from ``reply`` (boxed or plain, prose included).
+
+    What `MathRubric` compares is math-verify's parse of the last ``\\boxed{}`` or of the whole
+    reply, and that parse finds the number in "The answer is 5" as well. A reply it reads as a
+    number has stated an answer; one it reads as symbols or nothing has not, whatever it says.
+    """
+    from math_verify import parse
+
+    limit = _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    text = _boxed_or_text(reply)
+    if not text:
+        return False
+    values = parse(_wrap(text), parsing_timeout=limit)
+    return bool(values) and getattr(values[0], "is_number", isinstance(values[0], int | float)) is True
+
+
 def _wrap(s: str) -> str:
     # math-verify finds answers inside $...$ or \boxed{}; bare numbers parse too, expressions need $.
     return s if "$" in s or "\\boxed" in s else f"${s}$"
