@@ -50,14 +50,23 @@ def checkout(ref: str, into: Path) -> Path:
 
 
 def measure(tree: Path, passthrough: list[str], timeout: float) -> dict[str, Any]:
-    """One ``trainer_step.py --no-trl`` of the commit checked out at ``tree``: its JSON line."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    """One ``trainer_step.py --no-trl`` of the commit checked out at ``tree``: its JSON line.
+
+    The tree and its own environments come first on ``PYTHONPATH``: the installed (editable)
+    environment packages are this checkout's, and a reward of another commit is another workload.
+    """
+    own = [str(tree), *sorted(str(d) for d in (tree / "environments").glob("*") if (d / "pyproject.toml").is_file())]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*own, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     done = subprocess.run([sys.executable, "benchmarks/trainer_step.py", "--no-trl", *passthrough], cwd=tree,
                           env=env, capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"trainer_step.py at {tree} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads(lines[-1])
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -91,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                 for ref in refs:
                     out = measure(trees[ref], passthrough, a.timeout)
                     phases = out.get("ours_phases_s") or {}
-                    run = {"round": rnd, "s_per_step": out.get("ours_s_per_step"),
-                           "generation_s": phases.get("generation"), "fwd_bwd_s": phases.get("fwd_bwd"),
+                    run = {"round": rnd, "s_per_step": _r(out.get("ours_s_per_step")),
+                           "generation_s": _r(phases.get("generation")), "fwd_bwd_s": _r(phases.get("fwd_bwd")),
                            "peak_gflops": round((out.get("peak_tflops") or 0) * 1e3, 1) or None,
                            "learner_mfu": out.get("learner_mfu")}
                     runs[ref].append(run)
