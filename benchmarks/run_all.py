@@ -238,8 +238,8 @@ BENCHES = [
           rows_gateway_overhead, 300),
     Bench("learning", [], [], rows_learning, 900, learning=True),  # the whole Quickstart: under a minute
     Bench("agentic_learning", ["--max_steps", "150"], [], rows_agentic_learning, 900, learning=True),
-    # every example config without an external server, its whole budget: 1 seed quick (~4 min), 3 in full (~12 min)
-    Bench("examples_learn", ["--seeds", "1"], [], rows_examples_learn, 5400, learning=True),  # 40 runs of ~30-60 s
+    # every example config without an external server, its whole budget: 1 seed quick (~4 min), 10 in full (~20 min)
+    Bench("examples_learn", ["--seeds", "1"], [], rows_examples_learn, 5400, learning=True),
 ]
 
 
