@@ -243,10 +243,11 @@ def test_reads_a_number_is_what_the_math_grader_reads() -> None:
     """A reply states an answer when MathRubric's parse finds one number: boxed, bare or in prose."""
     from verifiers.rubrics.math_rubric import reads_a_number
 
-    for reply in ("\\boxed{42}", "-7", "So 3 + 4 = 7. The answer is 7.", "\\boxed{1,200}"):
+    for reply in ("\\boxed{42}", "-7", "So 3 + 4 = 7. The answer is 7.", "\\boxed{1,200}", "3 + 4 = 7"):
         assert reads_a_number(reply), reply
     for reply in ("", "   ", "\\boxed{7", "\\boxed{seven}", "First 7, then 5"):  # cut box, words, two numbers
         assert not reads_a_number(reply), reply
     # and the grader agrees on a prose answer the count calls answered
     rubric = vf.MathRubric()
     assert rubric.correct_answer_reward_func(rubric.parser, "The answer is 7.", "7") == 1.0
+    assert rubric.correct_answer_reward_func(rubric.parser, "3 + 4 = 7", "7") == 1.0  # an equation: its rhs

@@ -61,8 +61,9 @@ def reads_a_number(reply: str) -> bool:
     """True when the grader reads one number from ``reply`` (boxed or plain, prose included).
 
     What `MathRubric` compares is math-verify's parse of the last ``\\boxed{}`` or of the whole
-    reply, and that parse finds the number in "The answer is 5" as well. A reply it reads as a
-    number has stated an answer; one it reads as symbols or nothing has not, whatever it says.
+    reply, and that parse finds the number in "The answer is 5" as well, and "7 + 5 = 12" as an
+    equation it scores by its right-hand side. A reply it reads as a number (or such an equation)
+    has stated an answer; one it reads as symbols or nothing has not, whatever it says.
     """
     from math_verify import parse
 
@@ -71,7 +72,13 @@ def reads_a_number(reply: str) -> bool:
     if not text:
         return False
     values = parse(_wrap(text), parsing_timeout=limit)
-    return bool(values) and getattr(values[0], "is_number", isinstance(values[0], int | float)) is True
+    if not values:
+        return False
+    value = values[0]
+    if getattr(value, "is_number", isinstance(value, int | float)) is True:
+        return True
+    # "7 + 5 = 12" parses to Eq(5 + 7, 12), which the grader scores by its right-hand side
+    return getattr(getattr(value, "rhs", None), "is_number", False) is True
 
 
 def _wrap(s: str) -> str:
