@@ -21,10 +21,18 @@ Training (``--train``). Before-eval on ``arithmetic`` (in-process engine), GRPO 
 training on 2 cores. The training split and the evaluation split share no expression (checked
 here before anything runs).
 
+vLLM (its CPU build; the ``vllm`` extra). ``--engines serve,inprocess,vllm`` adds a vLLM server the
+script starts and stops as a third engine of the baseline, held to the same agreement test against
+the first engine named. ``--train --vllm`` generates the run through a vLLM server the script
+starts (``base_url``: every weight sync pushed and checked by the trainer's probe), then checks
+what the server holds at the end against ``final_model/`` loaded afresh (logprobs on the probe and
+on held-out chats with their answers, within 1e-3) and evaluates the held-out split through it as
+well as in-process.
+
 The last line printed is one JSON object.
 
-    python benchmarks/real_model.py [--model DIR] [--quick] [--engines serve,inprocess] [--other-examples N]
-    python benchmarks/real_model.py --train [--output_dir DIR] [--seed N] [--model DIR] [-- vf-train overrides]
+    python benchmarks/real_model.py [--model DIR] [--quick] [--engines serve,inprocess[,vllm]] [--other-examples N]
+    python benchmarks/real_model.py --train [--vllm] [--output_dir DIR] [--seed N] [--model DIR] [-- vf-train overrides]
 """
 
 from __future__ import annotations
@@ -194,11 +202,11 @@ def inprocess(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
     import torch
 
     from verifiers.inference.engine import InferenceEngine
-    from verifiers.inference.engine.loading import load_model_and_tokenizer
+    from verifiers.inference.engine.loading import load_named_model
     from verifiers.inference.server.runner import inprocess_client
 
     torch.set_num_threads(threads)
-    model, tok = load_model_and_tokenizer(model_dir)
+    model, tok = load_named_model(model_dir)  # the chat template vf-serve and vf-vllm pick for it
     engine = InferenceEngine(model, tok, max_batch_size=256, seed=seed)
     try:
         yield inprocess_client(engine, [SERVED])
@@ -238,8 +246,20 @@ def served(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
         server.wait(timeout=60)
 
 
+ENGINES = ("serve", "inprocess", "vllm")
+
+
 def open_client(kind: str, model_dir: Path, threads: int, seed: int) -> contextlib.AbstractContextManager[Any]:
-    return served(model_dir, threads, seed) if kind == "serve" else inprocess(model_dir, threads, seed)
+    """``serve`` (vf-serve), ``inprocess`` (the same engine, no socket) or ``vllm`` (vLLM's CPU build)."""
+    if kind == "serve":
+        return served(model_dir, threads, seed)
+    if kind == "vllm":
+        from _vllm_engine import vllm_client
+
+        return vllm_client(model_dir, SERVED)
+    if kind == "inprocess":
+        return inprocess(model_dir, threads, seed)
+    raise SystemExit(f"real_model.py: unknown engine {kind!r}; pick from {', '.join(ENGINES)}")
 
 
 def agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -270,17 +290,19 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
             out.setdefault(name, {})[kind] = figures
             print(f"{name:14s} {kind:9s} {json.dumps(figures)}", flush=True)
 
-    for kind in args.engines.split(","):
+    engines = args.engines.split(",")
+    for kind in engines:
         with open_client(kind, model_dir, args.threads, args.seed) as client:
             asyncio.run(every_env(client, kind))
-    if "serve" in args.engines and "inprocess" in args.engines:
-        for name in envs:
-            out[name]["agree"] = agree(out[name]["serve"], out[name]["inprocess"])
-    first = out[env_id][args.engines.split(",")[0]]
+    for name in envs:  # every engine against the first one named
+        pairs = {f"{engines[0]}~{k}": agree(out[name][engines[0]], out[name][k]) for k in engines[1:]}
+        if pairs:
+            out[name]["agree_pairs"], out[name]["agree"] = pairs, all(pairs.values())
+    first = out[env_id][engines[0]]
     out["pass1"], out["pass4"], out["greedy"] = first["pass1"], first.get("pass4"), first["greedy"]
     shipped = [n for n in envs if not n.startswith("rg:")]  # reasoning-gym rows are reported, not targets
     out["targets_met"] = all(out[n].get("agree", True) for n in envs) and all(
-        out[n][k]["reward"] > 0 for n in shipped for k in args.engines.split(","))
+        out[n][k]["reward"] > 0 for n in shipped for k in engines)
     return out
 
 
@@ -306,22 +328,30 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
 
     before = held_out(model_dir)
     print(f"before: {json.dumps(before)}", flush=True)
-    cfg = load_config(CONFIG, ["--model", str(model_dir), "--output_dir", str(out_dir), "--seed", str(args.seed),
-                               "--progress", "false", *overrides])
-    with contextlib.chdir(ROOT):
-        t = time.perf_counter()
-        summary = GRPOTrainer(cfg).train()
-        train_s = time.perf_counter() - t
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(vllm_for_training(model_dir, out_dir)) if args.vllm else None
+        through = ["--base_url", server.base_url, "--server_model_name", SERVED] if server else []
+        cfg = load_config(CONFIG, ["--model", str(model_dir), "--output_dir", str(out_dir), "--seed", str(args.seed),
+                                   "--progress", "false", *through, *overrides])
+        with contextlib.chdir(ROOT):
+            t = time.perf_counter()
+            summary = GRPOTrainer(cfg).train()
+            train_s = time.perf_counter() - t
+        served = vllm_after_training(server, out_dir / "final_model", env, examples, args) if server else {}
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     gen_s = sum(r.get("time/generation_s", 0.0) for r in rows)
     learn_s = sum(r.get("time/train_s", 0.0) for r in rows)
     after = held_out(out_dir / "final_model")
     print(f"after: {json.dumps(after)}", flush=True)
     steps = summary.steps
+    if server:
+        served |= {"syncs_verified": sum("sync/probe_max_abs_diff" in r for r in rows), "steps_logged": len(rows),
+                   "sync_probe_max": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=None),
+                   "vllm_peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)}
     return {
-        "seed": args.seed,
+        "seed": args.seed, "engine": "vllm" if server else "embedded", **served,
         "pass1_before": before["pass1"], "pass1_after": after["pass1"],
-        "pass4_before": before["pass4"], "pass4_after": after["pass4"],
+        "pass4_before": before[f"pass{args.samples}"], "pass4_after": after[f"pass{args.samples}"],
         "greedy_before": before["greedy"], "greedy_after": after["greedy"],
         "truncated_before": before["truncated"], "truncated_after": after["truncated"],
         "answered_before": before["answered"], "answered_after": after["answered"],
@@ -334,8 +364,45 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "peak_rss_gb": round(peak_rss_gb(), 2), "threads": args.threads, "output_dir": str(out_dir),
         "cut_ok": before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET,
         "targets_met": (after["pass1"] >= PASS1_TARGET and after["pass1"] > before["pass1"] and train_s <= TRAIN_S_TARGET
-                        and before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET),
+                        and before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET
+                        and (not server or (served["served_equals_final"] and served["syncs_verified"] == steps))),
     }
+
+
+@contextlib.contextmanager
+def vllm_for_training(model_dir: Path, out_dir: Path) -> Iterator[Any]:
+    """The vLLM server the run generates through (``--vllm``), kept up after training for the checks."""
+    from _vllm_engine import vllm_server
+
+    log = out_dir.with_name(out_dir.name + ".vllm.log")  # beside the run: vf-train wants output_dir new or its own
+    with vllm_server(model_dir, SERVED, log_path=log) as server:
+        print(f"vllm: {server.base_url} (log {log})", flush=True)
+        yield server
+
+
+def vllm_after_training(server: Any, final_model: Path, env: Any, examples: int,
+                        args: argparse.Namespace) -> dict[str, Any]:
+    """What the server holds once the run ends: its logprobs against ``final_model``'s on the
+    trainer's probe and on held-out chats with their answers (``served_vs_final_max_abs_diff``,
+    target <= 1e-3 in float32), and the held-out evaluation through it (``after_vllm``)."""
+    import openai
+    from _vllm_engine import served_equals_saved
+
+    from trainers.grpo.sync.probe import probe_token_ids
+    from verifiers.data.templating import apply_chat_template
+    from verifiers.inference.engine.loading import load_tokenizer
+    from verifiers.models.chat_templates import resolve_chat_template, use_chat_template
+
+    tok = use_chat_template(load_tokenizer(final_model), resolve_chat_template(final_model, None)[0])
+    sequences = [probe_token_ids(tok)] + [
+        list(apply_chat_template(tok, row["prompt"])) + tok.encode(f"\\boxed{{{row['answer']}}}", add_special_tokens=False)
+        for row in env.eval_dataset.rows[:8]]
+    diff = served_equals_saved(server.base_url, SERVED, final_model, sequences)
+    print(f"served vs final_model: max |logprob diff| {diff:.2e} over {sum(map(len, sequences))} tokens", flush=True)
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=3600)
+    after = asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
+    print(f"after (vllm): {json.dumps(after)}", flush=True)
+    return {"served_vs_final_max_abs_diff": diff, "served_equals_final": diff <= 1e-3, "after_vllm": after}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -359,7 +426,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--threads", type=int, default=usable_cores(), help="torch threads of the engine")
-    ap.add_argument("--engines", default="serve,inprocess", help="baseline: serve, inprocess or both")
+    ap.add_argument("--engines", default="serve,inprocess",
+                    help="baseline: a comma list of serve, inprocess, vllm (vLLM's CPU build; the vllm extra)")
+    ap.add_argument("--vllm", action="store_true",
+                    help="--train: generate through a vLLM server this script starts (the vllm extra)")
     ap.add_argument("--only-arithmetic", action="store_true", help="baseline: skip the two other environments")
     ap.add_argument("--reasoning-gym", nargs="?", const=",".join(REASONING_GYM), default=None, metavar="NAMES",
                     help="baseline: also these reasoning-gym datasets (comma list; alone: "

@@ -6,10 +6,13 @@ the default model cache once (tests/models/test_smollm2.py shares it).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import openai
@@ -68,6 +71,7 @@ def test_vf_vllm_serves_the_converted_registry_model(tmp_path: Path, child_env: 
         assert r.choices[0].finish_reason == "stop"
         # the registry's tool template reached vLLM: it renders the tool as vf-serve and the trainer do
         assert list(with_tools.prompt_token_ids) == tool_prompt_ids(model_dir, chat)
+        by_vllm = served_prompt_ids(url, "policy")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -75,3 +79,59 @@ def test_vf_vllm_serves_the_converted_registry_model(tmp_path: Path, child_env: 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+    # the three engines of benchmarks/real_model.py render every chat to the same prompt ids
+    assert by_vllm == vf_serve_prompt_ids(tmp_path, child_env) == inprocess_prompt_ids()
+
+
+ARITHMETIC = [{"role": "system", "content": "Answer with the final integer only, inside \\boxed{}. Do not explain."},
+              {"role": "user", "content": "What is 6 + 10?"}]
+CHATS = [(ARITHMETIC, None), ([{"role": "user", "content": "What is 2 + 3?"}], None),
+         ([{"role": "user", "content": "What is 123 * 456?"}], [CALCULATE])]
+"""A system prompt, the model's default one, and a tool: the renderings that differ between templates."""
+
+
+def served_prompt_ids(base_url: str, name: str) -> list[list[int]]:
+    """Each of `CHATS` as the server at ``base_url`` renders it (``return_token_ids``)."""
+    client = openai.OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=120)
+    try:
+        return [list(client.chat.completions.create(
+            model=name, messages=chat, tools=tools or openai.omit, max_tokens=1, temperature=0,
+            extra_body={"return_token_ids": True}).prompt_token_ids) for chat, tools in CHATS]
+    finally:
+        client.close()
+
+
+def vf_serve_prompt_ids(tmp_path: Path, child_env: dict[str, str]) -> list[list[int]]:
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "verifiers.cli.serve", NAME, "--port", "0",
+                                 "--served-model-name", NAME], stdout=out, stderr=subprocess.STDOUT, env=child_env)
+    try:
+        deadline = time.monotonic() + 240
+        while not (m := re.search(r"serving \S+ on (http://127\.0\.0\.1:\d+)", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        return served_prompt_ids(m.group(1) + "/v1", NAME)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+
+
+def inprocess_prompt_ids() -> list[list[int]]:
+    from verifiers.inference.engine import InferenceEngine
+    from verifiers.inference.engine.loading import load_named_model
+    from verifiers.inference.server.runner import inprocess_client
+
+    model, tok = load_named_model(NAME)
+    engine = InferenceEngine(model, tok, max_batch_size=8, seed=0)
+
+    async def ask() -> list[list[int]]:
+        client = inprocess_client(engine, [NAME])
+        return [list((await client.chat.completions.create(
+            model=NAME, messages=chat, tools=tools or openai.omit, max_tokens=1, temperature=0,
+            extra_body={"return_token_ids": True})).prompt_token_ids) for chat, tools in CHATS]
+
+    try:
+        return asyncio.run(ask())
+    finally:
+        engine.stop()

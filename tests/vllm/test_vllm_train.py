@@ -7,6 +7,7 @@ model), with only the output directory, the step budget and the servers overridd
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ from verifiers.inference.vllm.admin import VLLMAdmin
 from verifiers.inference.vllm.server import VLLMServer, free_port, start_servers
 from verifiers.models.tiny import save_tiny_model
 
-QUICKSTART_VLLM = Path(__file__).resolve().parents[2] / "examples" / "configs" / "quickstart_vllm.toml"
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART_VLLM = REPO / "examples" / "configs" / "quickstart_vllm.toml"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 STEPS = 200  # quickstart_vllm.toml's own max_steps: ~0.02 -> 0.99 (at its old 3e-3 learning rate an AVX-512 EPYC plateaued near 0.78 over steps 100-180)
@@ -171,19 +173,37 @@ def test_a_dead_replica_fails_over_to_the_other(model_dir: Path, tmp_path: Path,
     assert sum(r["rollouts/errors"] for r in rows) == 0
 
 
-def test_a_server_on_another_checkpoint_is_refused_before_training(model_dir: Path, tmp_path: Path,
-                                                                   child_env: dict[str, str], tiny_vllm_spec: Any,
-                                                                   server_spec: Any) -> None:
-    """The first check runs before any sample is drawn: a server started on other weights fails it."""
+def test_a_server_on_another_checkpoint_is_refused_then_a_v1_taskset_trains_on_its_own(
+        model_dir: Path, tmp_path: Path, child_env: dict[str, str], tiny_vllm_spec: Any, server_spec: Any) -> None:
+    """The first check runs before any sample is drawn: a server started on other weights fails it.
+    The same server then trains the model it does serve on a verifiers-v1 taskset (add-tool: a
+    Toolset, a reward and a metric), every sync verified and the taskset's scores logged by name
+    (one server start for both: vLLM's start is most of a test's time here)."""
     other = save_tiny_model(tmp_path / "other", tiny_vllm_spec.model_copy(update={"seed": 1}))
-    out = tmp_path / "run"
-    with VLLMServer(server_spec(other), log_path=tmp_path / "vllm.log") as server:
+    out, v1_out = tmp_path / "run", tmp_path / "v1"
+    v1_env = {**child_env, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "environments" / "add_tool"), *filter(None, [child_env.get("PYTHONPATH")])])}
+    # Tool calls parsed as vf-vllm's default does (a taskset with a Toolset sends tools), and room for
+    # the tool's schema in the prompt (the tiny tokenizer spends a token a character).
+    spec = server_spec(other, tool_call_parser="hermes")
+    spec.extra_args = ["--enforce-eager", "--max-model-len", "2048"]
+    with VLLMServer(spec, log_path=tmp_path / "vllm.log") as server:
         proc = vf_train(["--vllm", "null", "--model", str(model_dir), "--base_url", server.base_url,
                          "--output_dir", str(out), "--max_steps", "3"], child_env)
+        v1 = vf_train(["--vllm", "null", "--model", str(other), "--base_url", server.base_url, "--env_id", "add-tool",
+                       "--env_args", json.dumps({"num_tasks": 16, "agent": {"max_turns": 2}}), "--max_tokens", "8",
+                       "--prompts_per_step", "2", "--num_generations", "4", "--max_steps", "2",
+                       "--output_dir", str(v1_out), "--save_every", "0"], v1_env)
     assert proc.returncode == 1
     assert "does not serve the trained weights" in proc.stderr and "probe" in proc.stderr
     assert "policy version 0" in proc.stderr
     assert metrics(out) == []  # not one step trained on the wrong policy's samples
+    assert v1.returncode == 0, v1.stderr[-3000:]
+    rows = metrics(v1_out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert {"rewards/correct", "rewards/used_tool"} <= set(row), sorted(row)
+        assert row["sync/probe_max_abs_diff"] <= 1e-3 and row["rollouts/errors"] == 0
 
 
 def test_lora_syncs_the_adapter_only_and_is_verified(model_dir: Path, tmp_path: Path,
