@@ -3,8 +3,9 @@
 The core's loader names this module (it never imports it), and asks `environment_loader` about
 a module that has no ``load_environment``. The keyword arguments map as follows:
 
-- ``agent`` (a dict, upstream's ``--env.agent.*``): ``harness`` (``"null"`` or
-  ``{"id": "null", "tool_timeout": ..., "disabled_tools": [...]}``), ``runtime``
+- ``agent`` (a dict, upstream's ``--env.agent.*``): ``harness`` (``"null"``, the in-process chat
+  loop, or ``"bash"``, a local agent program (`verifiers.v1.program_env`); or
+  ``{"id": ..., "tool_timeout": ..., "disabled_tools": [...], "edit": ...}``), ``runtime``
   (``"subprocess"``), ``max_turns``;
 - ``select`` (a dict, upstream's ``--select.*``, see `SelectOptions`): ``include``/``exclude``
   (``{"idx": [...], "ids": [...], "names": [...]}``), ``shuffle``, ``seed``, ``skip``, ``limit``;
@@ -26,6 +27,7 @@ from verifiers.errors import ConfigError
 from verifiers.v1.configs import AgentOptions, SelectOptions
 from verifiers.v1.environment import TasksetEnv
 from verifiers.v1.loaders import build_taskset, taskset_class, taskset_module_name
+from verifiers.v1.program_env import TasksetProgramEnv
 from verifiers.v1.taskset import Taskset
 
 
@@ -49,7 +51,7 @@ def select_tasks(taskset: Taskset, select: SelectOptions) -> Taskset:
     return taskset
 
 
-def environment_loader(module: ModuleType, env_id: str) -> Callable[..., TasksetEnv] | None:
+def environment_loader(module: ModuleType, env_id: str) -> Callable[..., TasksetEnv | TasksetProgramEnv] | None:
     """A ``load_environment(**kwargs)`` for `module` if it exports a `Taskset`, else None."""
     cls = taskset_class(module)
     if cls is None:
@@ -60,7 +62,7 @@ def environment_loader(module: ModuleType, env_id: str) -> Callable[..., Taskset
         agent: dict[str, Any] | AgentOptions | None = None,
         select: dict[str, Any] | SelectOptions | None = None,
         **overrides: Any,
-    ) -> TasksetEnv:
+    ) -> TasksetEnv | TasksetProgramEnv:
         try:
             options = agent if isinstance(agent, AgentOptions) else AgentOptions.model_validate(agent or {})
         except ValidationError as exc:
@@ -70,6 +72,8 @@ def environment_loader(module: ModuleType, env_id: str) -> Callable[..., Taskset
         except ValidationError as exc:
             raise ConfigError(f"taskset {env_id!r}: invalid `select` option: {exc}") from exc
         taskset = select_tasks(build_taskset(cls, taskset_id, overrides), chosen)
+        if options.harness.id != "null":  # an agent program run locally (verifiers.v1.program_env)
+            return TasksetProgramEnv(taskset, agent=options, env_id=env_id)
         return TasksetEnv(taskset, agent=options, env_id=env_id)
 
     load_environment.taskset_class = cls  # type: ignore[attr-defined]  # how vf-eval tells a taskset

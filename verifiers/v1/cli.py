@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from verifiers.config import merge
 from verifiers.errors import ConfigError, VFError
-from verifiers.v1.configs import AgentOptions, SelectOptions
+from verifiers.v1.configs import PROGRAMS, AgentOptions, SelectOptions
 from verifiers.v1.environment import CLOUD_RUNTIMES, CONTAINER_RUNTIMES
 
 DEFAULT_MODEL = "deepseek/deepseek-v4-flash"
@@ -405,11 +405,12 @@ def check_agent(agent: dict[str, Any]) -> None:
     except ValidationError as exc:
         raise ConfigError(_validation_message(exc).replace("--", "--env.agent.")) from None
     harness = options.harness.id
-    if harness != "null":
+    if harness != "null" and harness not in PROGRAMS:
         raise ConfigError(
-            f"--env.agent.harness.id {harness}: that harness runs an agent program in a sandbox (upstream "
-            "provisions it in a container or a cloud sandbox), which this vf-eval does not; the local "
-            "alternative is the in-process chat loop: --env.agent.harness.id null"
+            f"--env.agent.harness.id {harness}: that harness installs a vendor's agent program in a sandbox "
+            "(upstream provisions it in a container or a cloud sandbox), which this vf-eval does not; the local "
+            f"alternatives: --env.agent.harness.id null (the in-process chat loop) or "
+            f"{' or '.join(PROGRAMS)} (a local agent program)"
         )
     kind = options.runtime.type
     if kind in CLOUD_RUNTIMES:
@@ -505,8 +506,9 @@ the run (upstream vf-eval's flags and defaults):
 
 the taskset and the agent:
   --env.taskset.<field> V           a field of the taskset's config (listed below when known)
-  --env.agent.harness.id null       the in-process chat loop (the only harness here)
-  --env.agent.harness.tool-timeout S, --env.agent.harness.disabled-tools '["t"]'
+  --env.agent.harness.id null       the in-process chat loop (default)
+  --env.agent.harness.id bash       a local agent program with bash and edit tools (no Toolsets)
+  --env.agent.harness.tool-timeout S, --env.agent.harness.disabled-tools '["t"]', --env.agent.harness.edit false
   --env.agent.runtime.type subprocess   local (the only runtime here: no cloud sandbox, no container)
   --env.agent.max-turns N           model turns per rollout (default: until no tool call)
 

@@ -99,12 +99,20 @@ class ToolsetConfig(BaseConfig):
     """URL of an already running remote tool server (not supported here)."""
 
 
+PROGRAMS = {"bash": "verifiers.v1.bash_agent"}
+"""The harnesses run here as a local agent program: id -> the module run (``python -m``) by
+`verifiers.v1.program_env`. ``null`` is the in-process chat loop; every other id is refused."""
+
+
 class HarnessOptions(BaseConfig):
     """The harness settings the in-process null harness reads (upstream ``--env.agent.harness``)."""
 
     id: str = "null"
     tool_timeout: FiniteFloat = Field(600.0, gt=0)
+    """Seconds a tool call may take (the ``bash`` harness: one command)."""
     disabled_tools: list[str] | None = None
+    edit: bool = True
+    """``bash`` harness: offer the ``edit`` tool beside ``bash`` (upstream's default)."""
 
 
 class TaskMatch(BaseConfig):

@@ -64,6 +64,23 @@ def check_toolset(toolset: Toolset) -> None:
         check_runtime(getattr(config, "runtime", None), f"toolset {name}")
 
 
+def taskset_tasks(taskset: Taskset, agent: AgentOptions) -> list[Task]:
+    """The tasks of a bounded taskset that runs here (local runtime, no container), or a `ConfigError`."""
+    check_runtime(agent.runtime, "the agent")
+    if taskset.INFINITE:
+        raise ConfigError(f"{type(taskset).__name__} is infinite; bound it (taskset.take(n)) before wrapping it")
+    tasks = list(taskset)
+    if not tasks:
+        raise ConfigError(f"{type(taskset).__name__}.load() yielded no tasks")
+    needs_box = [t.data.idx for t in tasks if t.NEEDS_CONTAINER or t.data.image]
+    if needs_box:
+        raise ConfigError(
+            f"tasks {needs_box[:5]} need a container (NEEDS_CONTAINER or an image), which runs nowhere here; "
+            "run them with upstream verifiers and a container runtime"
+        )
+    return tasks
+
+
 def task_row(task: Task) -> dict[str, Any]:
     """The dataset row of one task: chat prompt (system prompt first), ids in ``info``."""
     data = task.data
@@ -121,24 +138,12 @@ class TasksetEnv(MultiTurnEnv):
         self.agent = agent if agent is not None else AgentOptions()
         if self.agent.harness.id != "null":
             raise ConfigError(
-                f"harness {self.agent.harness.id!r} runs an agent program in a sandbox, which this adapter "
-                "does not; use the in-process chat loop: agent={'harness': 'null'}"
-            )
-        check_runtime(self.agent.runtime, "the agent")
-        if taskset.INFINITE:
-            raise ConfigError(
-                f"{type(taskset).__name__} is infinite; bound it (taskset.take(n)) before wrapping it"
+                f"harness {self.agent.harness.id!r} runs an agent program, which TasksetEnv (the in-process "
+                "chat loop) does not; build it with vf.load_environment (verifiers.v1.program_env runs "
+                "local programs) or use agent={'harness': 'null'}"
             )
         self.taskset = taskset
-        tasks = list(taskset)
-        if not tasks:
-            raise ConfigError(f"{type(taskset).__name__}.load() yielded no tasks")
-        needs_box = [t.data.idx for t in tasks if t.NEEDS_CONTAINER or t.data.image]
-        if needs_box:
-            raise ConfigError(
-                f"tasks {needs_box[:5]} need a container (NEEDS_CONTAINER or an image), which the in-process "
-                "null harness cannot give; run them with upstream verifiers and a container runtime"
-            )
+        tasks = taskset_tasks(taskset, self.agent)
         self.tasks = {t.data.idx: t for t in tasks}
         self.finished_traces: dict[tuple[int, int], Trace] | None = None
         """Set to a dict to keep each scored rollout's trace by (example_id, rollout_index): vf-eval's
