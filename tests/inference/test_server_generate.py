@@ -66,9 +66,53 @@ def test_text_mode_and_what_is_refused_by_name(server, ref) -> None:
     assert out["choices"][0]["logprobs"] is None
     for body, where in [({"token_ids": []}, "token_ids"),
                         ({"token_ids": [-1]}, "negative"),
-                        ({"token_ids": prompt, "stream": True}, "stream=true is not supported"),
+                        ({"token_ids": prompt, "stream_options": {"include_usage": True}}, "needs stream=true"),
                         ({"token_ids": prompt, "sampling_params": {"return_sampling_mask": True}},
                          "return_sampling_mask not supported"),
                         ({"token_ids": prompt, "model": "other"}, "does not exist")]:
         status, err = generate(server, body)
         assert 400 <= status < 500 and where in json.dumps(err), (body, err)
+
+
+def stream(server: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chunks of a streamed generate, up to ``data: [DONE]`` (which must end it)."""
+    url = server.base_url.removesuffix("/v1") + "/inference/v1/generate"
+    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = [line.removeprefix("data: ") for line in resp.read().decode().split("\n\n") if line]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_a_stream_carries_the_same_tokens_in_vllms_chunk_shapes(server, ref) -> None:
+    prompt = ref.encode("Once upon a time")
+    chunks = stream(server, {"model": MODEL, "token_ids": prompt, "request_id": "s-1", "return_token_ids": True,
+                             "stream_options": {"include_usage": True},
+                             "sampling_params": {"max_tokens": 8, "temperature": 0, "logprobs": 1}})
+    *token_chunks, last = chunks
+    assert len(token_chunks) >= 2  # streamed, not one answer in one chunk
+    ids = [t for c in token_chunks for t in c["choices"][0]["token_ids"]]
+    assert ids == ref.greedy(prompt, 8)  # the non-streamed answer, token for token
+    assert token_chunks[0]["prompt_token_ids"] == prompt and all("prompt_token_ids" not in c for c in token_chunks[1:])
+    for c in token_chunks:
+        (choice,) = c["choices"]
+        assert c["request_id"] == "s-1" and len(choice["logprobs"]["content"]) == len(choice["token_ids"])
+    assert [c["choices"][0]["finish_reason"] for c in token_chunks][-1] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in token_chunks[:-1])
+    assert last["choices"] == [] and last["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 8,
+                                                       "total_tokens": len(prompt) + 8}
+    protocol = pytest.importorskip("vllm.entrypoints.scale_out.token_in_token_out.protocol")
+    for c in chunks:
+        protocol.GenerateTokensStreamResponse.model_validate(c)  # every chunk is one vLLM's client reads
+
+
+def test_a_stream_of_several_choices_ends_each_once(server, ref) -> None:
+    chunks = stream(server, {"token_ids": ref.encode("abc"), "output_mode": "text",
+                             "sampling_params": {"max_tokens": 6, "temperature": 1.0, "seed": 5, "n": 2}})
+    for index in (0, 1):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
+        assert [ch["finish_reason"] is not None for ch in mine].count(True) == 1 and mine[-1]["finish_reason"]
+        assert "".join(ch["text"] for ch in mine) == ref.decode([t for ch in mine for t in ch["token_ids"]])
+        assert all(ch["logprobs"] is None for ch in mine)

@@ -6,20 +6,30 @@ side. The request and response follow vLLM's ``token_in_token_out`` protocol (``
 ``sampling_params``, ``request_id``, ``output_mode``; ``choices[].token_ids``, ``finish_reason``,
 ``stop_reason``, ``logprobs.content[]``). Each logprob entry names its token both ways vLLM has
 written it (``token_id``: the integer, and ``token``: ``"token_id:<id>"``), so either generation
-of client reads it. What our engine cannot do (streaming here, prompt logprobs, the sampling
-mask) is refused by name rather than ignored.
+of client reads it. ``stream=true`` answers as vLLM's does: server-sent events, one chunk per choice
+per batch of new tokens (``token_ids`` and ``logprobs`` of the new tokens only, ``finish_reason`` on a
+choice's last chunk, ``prompt_token_ids`` on the first chunk when asked), a usage chunk with no
+choices when ``stream_options.include_usage`` is set, then ``data: [DONE]``. What our engine cannot
+do (prompt logprobs, per-request sampling settings it lacks) is refused by name rather than
+ignored. vLLM's ``sampling_mask`` (the token support set of each sampled token, which vLLM returns
+only when its server is started with it) is never sent: clients treat it as optional (verifiers
+v1's training client reads an absent mask as none).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from verifiers.inference.engine import RequestOutput
 from verifiers.inference.engine.sampling import SamplingParams
 from verifiers.inference.server.protocol import OpenAIError
+from verifiers.inference.server.sse import DONE, merge_deltas
 
 # vLLM sampling fields that change nothing here (we detokenise only in "text" mode, and the same way)
 _HARMLESS = {"skip_special_tokens", "spaces_between_special_tokens", "detokenize", "output_kind",
@@ -65,6 +75,15 @@ class GenerateSampling(BaseModel):
             top_logprobs=self.logprobs or 0, include_stop_str_in_output=self.include_stop_str_in_output)
 
 
+class StreamOptions(BaseModel):
+    """vLLM's ``stream_options``: a final usage chunk, and usage on every chunk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
 class GenerateRequest(BaseModel):
     """vLLM's ``GenerateRequest``, the fields a token-in client sends."""
 
@@ -75,6 +94,7 @@ class GenerateRequest(BaseModel):
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     model: str | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     output_mode: Literal["tokens", "text"] = "tokens"
     return_token_ids: bool | None = None
     cache_salt: str | None = None
@@ -101,13 +121,14 @@ async def generate(api: Any, body: Any) -> dict[str, Any]:
     """Answer one ``/inference/v1/generate`` body with the embedded engine behind ``api``."""
     req: GenerateRequest = api.parse(GenerateRequest, body)
     model = api.check_model(req.model)
-    if req.stream:
-        raise OpenAIError(400, "stream=true is not supported on /inference/v1/generate here; send stream=false",
-                          param="stream")
     if any(t < 0 for t in req.token_ids):
         raise OpenAIError(400, "token_ids must not contain negative values", param="token_ids")
+    if req.stream_options is not None and not req.stream:
+        raise OpenAIError(400, "stream_options needs stream=true", param="stream_options")
     params = req.sampling_params.engine_params()
     api.engine.check_request(req.token_ids, params, req.sampling_params.n)
+    if req.stream:
+        return generate_stream(req, params, api.engine.stream(req.token_ids, params, req.sampling_params.n))
     out = await api.engine.generate(req.token_ids, params, req.sampling_params.n)
     choices = []
     for o in out.outputs:
@@ -131,3 +152,53 @@ async def generate(api: Any, body: Any) -> dict[str, Any]:
     if req.return_token_ids:
         response["prompt_token_ids"] = list(req.token_ids)
     return response
+
+
+async def generate_stream(req: GenerateRequest, params: SamplingParams,
+                          events: AsyncIterator[Any]) -> AsyncIterator[str]:
+    """The SSE body of a streamed generate: vLLM's chunk shapes (see the module docstring)."""
+    request_id = req.request_id or f"gen-{uuid.uuid4().hex}"
+    options = req.stream_options or StreamOptions()
+    prompt_ids = list(req.token_ids) if req.return_token_ids else None
+    generated = [0] * req.sampling_params.n
+    final: RequestOutput | None = None
+
+    def usage(completion: int) -> dict[str, int]:
+        return {"prompt_tokens": len(req.token_ids), "completion_tokens": completion,
+                "total_tokens": len(req.token_ids) + completion}
+
+    try:
+        async for ev in events:
+            if isinstance(ev, RequestOutput):
+                final = ev
+                continue
+            out = []
+            for d in merge_deltas(ev):
+                if not d.token_ids and d.finish_reason is None and not (req.output_mode == "text" and d.text):
+                    continue
+                generated[d.index] += len(d.token_ids)
+                choice: dict[str, Any] = {
+                    "index": d.index, "finish_reason": d.finish_reason, "stop_reason": d.stop_reason,
+                    "token_ids": list(d.token_ids),
+                    "logprobs": {"content": logprob_content(d.token_ids, d.logprobs, d.top_logprobs or None)}
+                    if params.logprobs else None,
+                }
+                if req.output_mode == "text":
+                    choice["text"] = d.text
+                chunk: dict[str, Any] = {"request_id": request_id, "output_mode": req.output_mode, "choices": [choice]}
+                if prompt_ids is not None:
+                    chunk["prompt_token_ids"], prompt_ids = prompt_ids, None
+                if options.continuous_usage_stats:
+                    chunk["usage"] = usage(generated[d.index])
+                out.append(f"data: {json.dumps(chunk)}\n\n")
+            if out:
+                yield "".join(out)
+        if options.include_usage:
+            last = {"request_id": request_id, "output_mode": req.output_mode, "choices": [],
+                    "usage": usage(sum(generated))}
+            if final is not None:
+                last["weight_version"] = final.weight_version
+            yield f"data: {json.dumps(last)}\n\n"
+    except Exception as exc:
+        yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
+    yield DONE
