@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,32 @@ def test_sampling_logprobs_are_the_models_raw_logprobs(vllm_server: VLLMServer, 
         p = len(turn.prompt_ids)
         ref = [float(logp[p - 1 + j, t]) for j, t in enumerate(turn.completion_ids)]
         assert turn.completion_logprobs == pytest.approx(ref, abs=1e-4)
+
+
+def test_vf_vllm_serves_the_token_in_endpoint(vllm_server: VLLMServer, vllm_model_dir: Path) -> None:
+    """``/inference/v1/generate`` (what verifiers v1's and prime-rl's training clients call) is on:
+    token ids in, the sampled ids and the policy's logprobs out, plain and streamed."""
+    import torch
+
+    model, tok = load_model_and_tokenizer(vllm_model_dir)
+    prompt = tok.encode("Once upon a time")
+    admin = VLLMAdmin(vllm_server.base_url)
+    out = admin.post("/inference/v1/generate", {"model": "policy", "token_ids": prompt, "sampling_params": {
+        "max_tokens": 6, "temperature": 1.0, "seed": 1, "logprobs": 0}})
+    (choice,) = out["choices"]
+    ids, lps = choice["token_ids"], [e["logprob"] for e in choice["logprobs"]["content"]]
+    assert len(ids) == len(lps) > 0
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + ids])).logits[0].float(), -1)
+    assert lps == pytest.approx([float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(ids)], abs=1e-4)
+    req = urllib.request.Request(vllm_server.root + "/inference/v1/generate", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": "policy", "token_ids": prompt, "stream": True,
+                                                  "sampling_params": {"max_tokens": 6, "temperature": 1.0,
+                                                                      "seed": 1}}).encode())
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        events = [e.removeprefix("data: ") for e in resp.read().decode().split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    assert [t for e in events[:-1] for t in json.loads(e)["choices"][0]["token_ids"]] == ids  # same seed, same ids
 
 
 def test_seeded_requests_whose_prompts_exceed_the_token_budget_all_complete(vllm_server: VLLMServer) -> None:

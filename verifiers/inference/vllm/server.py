@@ -55,6 +55,18 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def serves_token_in() -> bool:
+    """The installed vLLM has the token-in endpoint (``/inference/v1/generate``), which it serves only
+    when started with ``--enable-scale-out`` (vLLM 0.32); an older one neither has it nor knows the flag."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any((Path(d) / "entrypoints" / "scale_out" / "token_in_token_out").is_dir()
+               for d in spec.submodule_search_locations)
+
+
 def _cuda_available() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False
@@ -153,6 +165,8 @@ def build_command(spec: VLLMServerSpec, port: int) -> tuple[list[str], dict[str,
         argv += ["--chat-template", spec.chat_template]
     if spec.tool_call_parser is not None:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
+    if serves_token_in():  # /inference/v1/generate, for token-in clients (verifiers v1, prime-rl)
+        argv.append("--enable-scale-out")
     if device == "cpu" and not any("chunked-prefill" in a for a in spec.extra_args):
         argv.append("--no-enable-chunked-prefill")
     argv += list(spec.extra_args)
