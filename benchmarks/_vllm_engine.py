@@ -13,20 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-MAX_MODEL_LEN = 2048
-"""Prompt plus reply: the arithmetic prompts are ~60 tokens and the evaluations reply in at most 1,024."""
+PROMPT_ROOM = 1024
+"""Tokens of context left for the prompt beside the longest reply (the arithmetic prompts are ~60,
+reasoning-gym's a few hundred)."""
 
 
 @contextlib.contextmanager
-def vllm_server(model_dir: Path, served_name: str, *, log_path: Path | None = None,
+def vllm_server(model_dir: Path, served_name: str, *, max_tokens: int = 1024, log_path: Path | None = None,
                 kv_cache_gib: int = 2) -> Iterator[Any]:
-    """A vLLM server on 127.0.0.1 serving ``model_dir`` as ``served_name`` (stopped on exit)."""
+    """A vLLM server on 127.0.0.1 serving ``model_dir`` as ``served_name``, with room for replies of
+    ``max_tokens`` (stopped on exit)."""
     from verifiers.inference.vllm.server import VLLMServer, VLLMServerSpec
     from verifiers.models.chat_templates import vllm_chat_template
 
     spec = VLLMServerSpec(model_dir=str(model_dir), served_model_name=served_name, device="cpu",
                           kv_cache_gib=kv_cache_gib, chat_template=vllm_chat_template(model_dir, None),
-                          extra_args=["--max-model-len", str(MAX_MODEL_LEN)])
+                          extra_args=["--max-model-len", str(max_tokens + PROMPT_ROOM)])
     server = VLLMServer(spec, log_path=log_path)
     try:
         server.start(timeout_s=600)
@@ -36,11 +38,11 @@ def vllm_server(model_dir: Path, served_name: str, *, log_path: Path | None = No
 
 
 @contextlib.contextmanager
-def vllm_client(model_dir: Path, served_name: str) -> Iterator[Any]:
+def vllm_client(model_dir: Path, served_name: str, max_tokens: int) -> Iterator[Any]:
     """An ``openai`` client on a vLLM server of ``model_dir`` (the baseline's third engine)."""
     import openai
 
-    with vllm_server(model_dir, served_name) as server:
+    with vllm_server(model_dir, served_name, max_tokens=max_tokens) as server:
         yield openai.AsyncOpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=3600)
 
 

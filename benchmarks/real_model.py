@@ -249,14 +249,15 @@ def served(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
 ENGINES = ("serve", "inprocess", "vllm")
 
 
-def open_client(kind: str, model_dir: Path, threads: int, seed: int) -> contextlib.AbstractContextManager[Any]:
+def open_client(kind: str, model_dir: Path, threads: int, seed: int,
+                max_tokens: int) -> contextlib.AbstractContextManager[Any]:
     """``serve`` (vf-serve), ``inprocess`` (the same engine, no socket) or ``vllm`` (vLLM's CPU build)."""
     if kind == "serve":
         return served(model_dir, threads, seed)
     if kind == "vllm":
         from _vllm_engine import vllm_client
 
-        return vllm_client(model_dir, SERVED)
+        return vllm_client(model_dir, SERVED, max_tokens)
     if kind == "inprocess":
         return inprocess(model_dir, threads, seed)
     raise SystemExit(f"real_model.py: unknown engine {kind!r}; pick from {', '.join(ENGINES)}")
@@ -292,7 +293,7 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
 
     engines = args.engines.split(",")
     for kind in engines:
-        with open_client(kind, model_dir, args.threads, args.seed) as client:
+        with open_client(kind, model_dir, args.threads, args.seed, args.max_tokens) as client:
             asyncio.run(every_env(client, kind))
     for name in envs:  # every engine against the first one named
         pairs = {f"{engines[0]}~{k}": agree(out[name][engines[0]], out[name][k]) for k in engines[1:]}
@@ -329,7 +330,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     before = held_out(model_dir)
     print(f"before: {json.dumps(before)}", flush=True)
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(vllm_for_training(model_dir, out_dir)) if args.vllm else None
+        server = stack.enter_context(vllm_for_training(model_dir, out_dir, args.max_tokens)) if args.vllm else None
         through = ["--base_url", server.base_url, "--server_model_name", SERVED] if server else []
         cfg = load_config(CONFIG, ["--model", str(model_dir), "--output_dir", str(out_dir), "--seed", str(args.seed),
                                    "--progress", "false", *through, *overrides])
@@ -370,12 +371,12 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def vllm_for_training(model_dir: Path, out_dir: Path) -> Iterator[Any]:
+def vllm_for_training(model_dir: Path, out_dir: Path, max_tokens: int) -> Iterator[Any]:
     """The vLLM server the run generates through (``--vllm``), kept up after training for the checks."""
     from _vllm_engine import vllm_server
 
     log = out_dir.with_name(out_dir.name + ".vllm.log")  # beside the run: vf-train wants output_dir new or its own
-    with vllm_server(model_dir, SERVED, log_path=log) as server:
+    with vllm_server(model_dir, SERVED, max_tokens=max_tokens, log_path=log) as server:
         print(f"vllm: {server.base_url} (log {log})", flush=True)
         yield server
 
