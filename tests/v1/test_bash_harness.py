@@ -110,3 +110,26 @@ def test_the_programs_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         "error: the command ran past 0.2 s and was stopped")
     assert bash_agent.call_tool("python", "{}", 5) == "error: no tool named 'python' (the tools are bash and edit)"
     assert len(bash_agent.call_tool("bash", json.dumps({"command": "head -c 50000 /dev/zero | tr '\\\\0' x"}), 5)) < 10_200
+
+
+def test_vf_eval_runs_it_with_v1s_command_line_and_writes_traces(
+        shell_package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from verifiers.cli.eval import main
+
+    monkeypatch.setenv("SHELL_KEY", "k")
+    script = ServerScript(replies=[
+        ScriptedReply(turn=0, tool_calls=[ScriptedToolCall(name="bash", arguments=json.dumps({"command": "echo 42"}))]),
+        ScriptedReply(content="42"),
+    ])
+    with ScriptedServer.spawn(script) as srv:
+        code = main(["shell-quiz", "-m", "scripted", "--client.base-url", srv.base_url, "--client.api-key-var",
+                     "SHELL_KEY", "--env.agent.harness.id", "bash", "--env.agent.runtime.type", "subprocess",
+                     "--env.agent.max-turns", "3", "-r", "2", "--no-push", "--no-rich", "-o", str(tmp_path / "out")])
+    assert code == 0
+    (traces,) = (tmp_path / "out").rglob("traces.jsonl")
+    records = [json.loads(line) for line in traces.read_text().splitlines()]
+    assert len(records) == 2
+    for record in records:
+        assert record["rewards"] == {"correct": {"score": 1.0, "weight": 1.0}} and record["reward"] == 1.0
+        assert record["agent"]["config"]["harness"]["id"] == "bash" and record["stop_condition"] == "agent_completed"
+        assert [m["role"] for m in record["messages"]][-3:] == ["assistant", "tool", "assistant"]

@@ -557,6 +557,7 @@ def help_text(taskset_id: str | None) -> str:
 # -- running ------------------------------------------------------------------------------
 def _load(taskset_id: str, env_args: dict[str, Any], load_env: Callable[..., Any] | None) -> Any:
     from verifiers.v1.environment import TasksetEnv
+    from verifiers.v1.program_env import TasksetProgramEnv
 
     if load_env is not None:
         env = load_env(taskset_id, env_args)
@@ -564,7 +565,7 @@ def _load(taskset_id: str, env_args: dict[str, Any], load_env: Callable[..., Any
         from verifiers.envs.loader import load_environment
 
         env = load_environment(taskset_id, **env_args)
-    if not isinstance(env, TasksetEnv):
+    if not isinstance(env, TasksetEnv | TasksetProgramEnv):
         raise ConfigError(
             f"{taskset_id!r} is not a v1 taskset (it has load_environment); upstream's dotted flags and "
             "@ files are for tasksets: use our flags (see vf-eval --help)"

@@ -66,6 +66,8 @@ class TasksetProgramEnv(AgentEnv):
         self.agent = agent
         self.taskset = taskset
         self.tasks = {t.data.idx: t for t in tasks}
+        self.finished_traces: dict[tuple[int, int], Trace] | None = None
+        """As `TasksetEnv.finished_traces`: a dict keeps each scored rollout's trace (vf-eval's traces.jsonl)."""
         rows = [task_row(t) for t in tasks]
         kwargs.setdefault("env_id", taskset.config.id or None)
         kwargs.setdefault("timeout_s", max(300.0, agent.harness.tool_timeout * (agent.max_turns or 8)))
@@ -84,6 +86,13 @@ class TasksetProgramEnv(AgentEnv):
                                  completion_tokens=len(c.tokens.completion_ids) if c.tokens else 0)
                        for c in calls]
         return trace
+
+    async def release_state(self, state: State) -> None:
+        """Keep the scored trace when asked to, then let AgentEnv remove the working directory."""
+        if self.finished_traces is not None and "v1" in state:
+            key = (int(state.get("example_id", 0)), int(state.get("rollout_index", 0)))
+            self.finished_traces[key] = self.sync_trace(state)
+        await super().release_state(state)
 
     async def rollout(self, client: Any, model: str, prompt: Messages, answer: str = "", task: str = "default",
                       info: Any = None, sampling_args: Any = None, state: State | None = None,
