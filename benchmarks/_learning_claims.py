@@ -85,7 +85,11 @@ def real_model_rows(out: dict[str, Any]) -> list[ClaimRow]:
               f"{_f(out.get('accuracy_answered_before'))} → {_f(out.get('accuracy_answered_after'))}; cut "
               f"{_f(out.get('truncated_before'))} → {_f(out.get('truncated_after'))} at {out.get('max_tokens')} "
               f"tokens; trained {_f(out.get('train_s'), 0)} s")
-    return [ClaimRow("a real model learns arithmetic", "arithmetic_smollm2.toml", str(out.get("seed")),
+    through = " through vLLM" if out.get("engine") == "vllm" else ""
+    if through:
+        figure += (f"; served = final_model within {_f(out.get('served_vs_final_max_abs_diff'), 6)}, "
+                   f"{out.get('syncs_verified')} syncs verified")
+    return [ClaimRow("a real model learns arithmetic" + through, "arithmetic_smollm2.toml", str(out.get("seed")),
                      "pass@1 ≥ 0.40, ≤ 5% cut, ≤ 45 min", figure, out.get("targets_met"), seconds=out.get("train_s"))]
 
 
@@ -164,8 +168,13 @@ def units() -> list[Unit]:
                  ("--seeds", "3", "--shapes", "h96x3", "h192x6", "--", "--num_generations", "16", "--learning_rate",
                   "1e-3"), vllm_rows, 4 * 3600, needs="vllm")]
     real = [Unit(f"real_model_seed{s}", "real_model",
-                 ("--train", "--seed", str(s), "--output_dir", f"runs/learning/real_model_seed{s}"), real_model_rows,
-                 2 * 3600) for s in range(3)]
+                 ("--train", "--seed", str(s), "--max-tokens", "1024", "--examples", "50", "--output_dir",
+                  f"runs/learning/real_model_seed{s}"), real_model_rows, 2 * 3600) for s in range(3)]
+    # the same recipe generating through vLLM (docs/models.md, issue 52)
+    real += [Unit(f"real_model_vllm_seed{s}", "real_model",
+                  ("--train", "--vllm", "--seed", str(s), "--max-tokens", "1024", "--examples", "50", "--output_dir",
+                   f"runs/learning/real_model_vllm_seed{s}"), real_model_rows, 2 * 3600, needs="vllm")
+             for s in range(2)]
     agent = [Unit(f"real_agent_seed{s}", "real_agent",
                   ("--train", "--seed", str(s), "--examples", "50", "--output_dir", f"runs/learning/real_agent_seed{s}"),
                   real_agent_rows, 2 * 3600) for s in range(3)]
