@@ -9,6 +9,7 @@ model, so the three engines render the same prompt ids for a chat (tests/vllm/te
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,26 @@ def vllm_server(model_dir: Path, served_name: str, *, max_tokens: int = 1024, lo
         yield server
     finally:
         server.stop()
+
+
+def peak_rss_gb(server: Any) -> float | None:
+    """The peak resident memory of the server's processes (the API server and vLLM's engine core: the
+    process group it was started in), summed; each process's own peak (``VmHWM``), so an upper bound of
+    their peak together. None where ``/proc`` cannot say (not Linux)."""
+    if server.pid is None:
+        return None
+    total_kb = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(proc.name)) != server.pid:
+                continue
+            status = (proc / "status").read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        total_kb += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return round(total_kb / 2**20, 2) if total_kb else None
 
 
 @contextlib.contextmanager

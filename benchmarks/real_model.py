@@ -347,8 +347,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     steps = summary.steps
     if server:
         served |= {"syncs_verified": sum("sync/probe_max_abs_diff" in r for r in rows), "steps_logged": len(rows),
-                   "sync_probe_max": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=None),
-                   "vllm_peak_rss_gb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)}
+                   "sync_probe_max": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=None)}
     return {
         "seed": args.seed, "engine": "vllm" if server else "embedded", **served,
         "pass1_before": before["pass1"], "pass1_after": after["pass1"],
@@ -387,7 +386,7 @@ def vllm_after_training(server: Any, final_model: Path, env: Any, examples: int,
     trainer's probe and on held-out chats with their answers (``served_vs_final_max_abs_diff``,
     target <= 1e-3 in float32), and the held-out evaluation through it (``after_vllm``)."""
     import openai
-    from _vllm_engine import served_equals_saved
+    from _vllm_engine import peak_rss_gb, served_equals_saved
 
     from trainers.grpo.sync.probe import probe_token_ids
     from verifiers.data.templating import apply_chat_template
@@ -398,12 +397,14 @@ def vllm_after_training(server: Any, final_model: Path, env: Any, examples: int,
     sequences = [probe_token_ids(tok)] + [
         list(apply_chat_template(tok, row["prompt"])) + tok.encode(f"\\boxed{{{row['answer']}}}", add_special_tokens=False)
         for row in env.eval_dataset.rows[:8]]
+    vllm_rss = peak_rss_gb(server)  # before the evaluation below: the training run's peak
     diff = served_equals_saved(server.base_url, SERVED, final_model, sequences)
     print(f"served vs final_model: max |logprob diff| {diff:.2e} over {sum(map(len, sequences))} tokens", flush=True)
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=3600)
     after = asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
     print(f"after (vllm): {json.dumps(after)}", flush=True)
-    return {"served_vs_final_max_abs_diff": diff, "served_equals_final": diff <= 1e-3, "after_vllm": after}
+    return {"served_vs_final_max_abs_diff": diff, "served_equals_final": diff <= 1e-3, "after_vllm": after,
+            "vllm_peak_rss_gb": vllm_rss}
 
 
 def main(argv: list[str] | None = None) -> None:
