@@ -77,6 +77,7 @@ async def test_the_bash_program_runs_the_models_command_and_the_task_scores_its_
         trace = r.state["v1"].trace
         assert trace.stop_condition == "agent_completed" and trace.ok and trace.num_turns == 2
         assert len(trace.calls) == 2 and trace.calls[-1].finish_reason == "stop"
+        assert [t["function"]["name"] for t in trace.tools] == ["bash", "edit"]  # the program's own tools
 
 
 async def test_a_wrong_answer_scores_zero_and_bash_alone_can_be_offered(shell_package: Path) -> None:

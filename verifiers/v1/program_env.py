@@ -23,10 +23,10 @@ import sys
 from typing import Any
 
 from verifiers.envs.agent_env import AgentEnv
-from verifiers.errors import ConfigError
+from verifiers.errors import ConfigError, EnvError
 from verifiers.types import Messages, State
 from verifiers.v1.configs import PROGRAMS, AgentOptions
-from verifiers.v1.environment import Rollout, task_row, taskset_tasks
+from verifiers.v1.environment import TASK_IDX_KEY, Rollout, task_row, taskset_tasks
 from verifiers.v1.messages import from_dict
 from verifiers.v1.rubric import TasksetRubric
 from verifiers.v1.taskset import Taskset
@@ -56,9 +56,7 @@ class TasksetProgramEnv(AgentEnv):
     def __init__(self, taskset: Taskset, agent: AgentOptions, **kwargs: Any) -> None:
         command = program_command(agent)
         tasks = taskset_tasks(taskset, agent)
-        with_toolsets = [t.data.idx for t in tasks if type(t).toolsets(t.config)] or (
-            [-1] if type(taskset).toolsets(taskset.config) else [])
-        if with_toolsets:
+        if type(taskset).toolsets(taskset.config) or any(type(t).toolsets(t.config) for t in tasks):
             raise ConfigError(
                 f"{type(taskset).__name__} gives the model Toolsets, which the {agent.harness.id!r} harness program "
                 "does not reach here (upstream hands them over MCP); run it with the null harness: agent={'harness': 'null'}"
@@ -81,6 +79,8 @@ class TasksetProgramEnv(AgentEnv):
         completion = state.get("completion") or []
         trace.completion_messages = [from_dict(m) for m in completion]
         calls = (state.get("agent") or {}).get("calls") or []
+        if calls and calls[0].tools:
+            trace.tools = list(calls[0].tools)  # the program's own (bash, edit)
         trace.calls = [ModelCall(finish_reason=c.finish_reason, error=c.error,
                                  prompt_tokens=len(c.tokens.prompt_ids) if c.tokens else 0,
                                  completion_tokens=len(c.tokens.completion_ids) if c.tokens else 0)
@@ -98,7 +98,9 @@ class TasksetProgramEnv(AgentEnv):
                       info: Any = None, sampling_args: Any = None, state: State | None = None,
                       **kwargs: Any) -> tuple[Messages, State]:
         state = state if state is not None else {}
-        the_task = self.tasks[(info or {}).get("v1_task_idx")]
+        the_task = self.tasks.get((info or {}).get(TASK_IDX_KEY))
+        if the_task is None:
+            raise EnvError(f"row has no task of this taskset (info[{TASK_IDX_KEY!r}] = {(info or {}).get(TASK_IDX_KEY)!r})")
         trace = Trace(task=TraceTask(type=type(the_task).__name__, data=the_task.data, key=the_task.key,
                                      hash=the_task.hash),
                       state=type(the_task).state_type()(), prompt_messages=[from_dict(m) for m in prompt])
@@ -114,7 +116,8 @@ class TasksetProgramEnv(AgentEnv):
         self.sync_trace(state)
         if state.get("stop_reason") == "timeout":
             trace.is_timeout = True
-        trace.stop("max_output_tokens" if state.get("is_truncated") else "agent_completed")
+            trace.stop("timeout")
+        trace.stop("max_output_tokens" if state.get("is_truncated") else "agent_completed")  # unless stopped above
         trace.ok = not trace.errors
         await the_task.finalize(trace, None)
         return completion, state
