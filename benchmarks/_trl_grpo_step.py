@@ -7,6 +7,7 @@ project (its checkout is taken off ``sys.path``): TRL is not a dependency of thi
 It reads one JSON object on stdin (written by ``trainer_step.py``)::
 
     {"model_dir": ..., "output_dir": ..., "rows": [{"prompt": [messages], "answer": "a"}, ...],
+     "reward": "letter_fraction" | "final_number", "lora": null | {"r", "alpha", "dropout", "target_modules"},
      "prompts_per_step": 8, "num_generations": 8, "max_tokens": 16, "min_tokens": 16,
      "learning_rate": 1e-5, "warmup_steps": 2, "measured_steps": 5, "threads": 2, "seed": 0,
      "device": "cpu", "mixed_precision": "no"}
@@ -56,6 +57,24 @@ def letter_fraction(completions: list[Any], answer: list[str], **_: Any) -> list
     return out
 
 
+def final_number(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
+    """TRL reward function for arithmetic: 1 when the reply's last integer (a ``\\boxed{}`` one if
+    any) is the answer. Its cost is all that matters here: both sides' replies have a fixed length."""
+    import re
+
+    out = []
+    for completion, expected in zip(completions, answer, strict=True):
+        text = completion if isinstance(completion, str) else "".join(
+            str(m.get("content") or "") for m in completion if m.get("role") == "assistant")
+        boxed = re.findall(r"\\boxed\{\s*(-?\d+)\s*\}", text)
+        numbers = boxed or re.findall(r"-?\d+", text)
+        out.append(float(bool(numbers) and numbers[-1] == str(expected).strip()))
+    return out
+
+
+REWARDS = {"letter_fraction": letter_fraction, "final_number": final_number}
+
+
 def main() -> int:
     cfg = json.loads(sys.stdin.read())
     on_gpu = cfg.get("device", "cpu") == "cuda"
@@ -78,10 +97,11 @@ def main() -> int:
         print(f"trl: on {torch.cuda.get_device_name(0)} (bf16 autocast: {bf16}), trl {trl.__version__}", flush=True)
     trainer = GRPOTrainer(
         model=cfg["model_dir"],
-        reward_funcs=letter_fraction,
+        reward_funcs=REWARDS[cfg.get("reward", "letter_fraction")],
         args=_grpo_config(cfg, on_gpu=on_gpu, bf16=bf16),
         train_dataset=Dataset.from_list(cfg["rows"]),
         callbacks=[timer],
+        peft_config=_lora_config(cfg.get("lora")),
     )
     gen_s = _time_generation(trainer, sync)
     trainer.train()
@@ -128,6 +148,16 @@ def _grpo_config(cfg: dict[str, Any], *, on_gpu: bool, bf16: bool) -> Any:
         log_completions=False,
         dataloader_num_workers=0,
     )
+
+
+def _lora_config(lora: dict[str, Any] | None) -> Any:
+    """peft's LoraConfig for ``lora`` (rank, alpha, dropout, target modules), None for full fine-tune."""
+    if not lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(task_type="CAUSAL_LM", r=int(lora["r"]), lora_alpha=int(lora["alpha"]),
+                      lora_dropout=float(lora["dropout"]), target_modules=list(lora["target_modules"]))
 
 
 def _step_timer(sync: Any) -> Any:

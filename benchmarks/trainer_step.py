@@ -8,6 +8,14 @@
     python benchmarks/trainer_step.py --size 104m --warmup 1 --steps 2  # 104M parameters (about 3 minutes)
     python benchmarks/trainer_step.py --no-trl --iterations 2   # ours only, two optimizer passes per batch
     python benchmarks/trainer_step.py --device cuda --mixed-precision bf16 --size 250m --warmup 2 --steps 4
+    python benchmarks/trainer_step.py --model smollm2-135m-instruct --matrix --warmup 1 --steps 2   # a real model
+
+``--model NAME`` trains a real model (a registry name or a ``save_pretrained`` directory) on the
+real-model recipe's task (`examples/configs/arithmetic_smollm2.toml`: arithmetic, its system
+prompt; TRL's reward is the reply's last integer against the answer), 32 completion tokens by
+default; ``--lora`` trains a rank-8 adapter on the attention projections on both sides (TRL through
+peft's ``LoraConfig``); ``--matrix`` measures 32 and 128 tokens, full fine-tune and LoRA, in one
+run, and prints their table before the JSON (``matrix``, and every measurement under ``runs``).
 
 Both trainers train the SAME tiny model directory (built once per run with
 ``python -m verifiers.models.tiny``: llama, hidden 128, intermediate 384, 4 layers,
@@ -83,7 +91,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +108,9 @@ from _step_meter import (  # noqa: E402, F401, I001  (re-exported: the benchmark
     summarize_trl, train_flops,
 )
 
-TRL_VENV = HERE / ".venv-trl"
-TRL_SCRIPT = HERE / "_trl_grpo_step.py"
-TRL_VERSION = "1.16.0"
-TRL_REQUIREMENTS = [f"trl=={TRL_VERSION}", "torch==2.13.0"]
-CONSTRAINTS = ROOT / "constraints.txt"
+from _trl_runtime import (  # noqa: E402, F401  (re-exported: tests and other benchmarks use them)
+    TRL_VERSION, TrlRuntime, _trl_env, ensure_trl_venv, probe_trl, resolve_trl, run_trl,
+)
 ENV_ID = "letter-repeat"
 TARGET_RATIO = 0.5
 SIZES = {  # --size presets: the shapes the issue's figures are taken at
@@ -116,23 +122,51 @@ SIZES = {  # --size presets: the shapes the issue's figures are taken at
     "1b": {"hidden_size": 2048, "intermediate_size": 5632, "layers": 22, "heads": 32, "kv_heads": 4},
 }
 MAX_TOKENS = {"cpu": 16, "cuda": 128}  # --max-tokens default per --device
+REAL_CONFIG = ROOT / "examples" / "configs" / "arithmetic_smollm2.toml"
+"""--model: the real-model recipe whose task (arithmetic, its system prompt) both sides train on."""
+MATRIX = ((32, False), (128, False), (32, True), (128, True))
+"""--matrix: (completion tokens, LoRA) of each measurement, in the order they run."""
+LORA = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+"""--lora on both sides: our trainer's default adapter (rank 8 on the attention projections)."""
 
 
 # -- the workload -------------------------------------------------------------------------
 
 
+def real_model(name: str) -> tuple[Path, dict[str, Any]]:
+    """``--model``: the model's directory (a registry name is fetched and converted once) and its shape."""
+    from verifiers.models.source import resolve_model
+
+    model_dir = resolve_model(name)
+    cfg = json.loads((model_dir / "config.json").read_text())
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    return model_dir, {"arch": cfg.get("model_type", "?"), "name": name, **{k: cfg[k] for k in keys}}
+
+
+def task(args: argparse.Namespace) -> dict[str, Any]:
+    """The environment both sides train on and the reward TRL's side computes the same way: the
+    tiny model's letter-repeat, or with ``--model`` the real-model recipe's arithmetic."""
+    if args.model is None:
+        return {"env_id": ENV_ID, "reward": "letter_fraction",
+                "env_args": {"letters": "abcd", "num_train_examples": 512, "num_eval_examples": 0, "seed": 0}}
+    recipe = tomllib.loads(REAL_CONFIG.read_text())
+    return {"env_id": recipe["env_id"], "env_args": dict(recipe.get("env_args", {})), "reward": "final_number"}
+
+
 def workload(args: argparse.Namespace) -> dict[str, Any]:
     """Everything both sides must agree on, in one place."""
+    tiny = {
+        "arch": "llama",
+        "hidden_size": args.hidden_size,
+        "intermediate_size": args.intermediate_size,
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads,
+        "num_key_value_heads": args.kv_heads,
+    }
     return {
-        "model": {
-            "arch": "llama",
-            "hidden_size": args.hidden_size,
-            "intermediate_size": args.intermediate_size,
-            "num_hidden_layers": args.layers,
-            "num_attention_heads": args.heads,
-            "num_key_value_heads": args.kv_heads,
-        },
-        "env_args": {"letters": "abcd", "num_train_examples": 512, "num_eval_examples": 0, "seed": 0},
+        "model": real_model(args.model)[1] if args.model else tiny,
+        **task(args),
+        "lora": LORA if args.lora else None,
         "prompts_per_step": args.prompts,
         "num_generations": args.G,
         "max_tokens": args.max_tokens,
@@ -168,11 +202,11 @@ def build_model(spec: dict[str, Any], out: Path) -> Path:
     return out
 
 
-def training_rows(env_args: dict[str, Any]) -> list[dict[str, Any]]:
+def training_rows(env_args: dict[str, Any], env_id: str = ENV_ID) -> list[dict[str, Any]]:
     """The environment's training split as TRL dataset rows (chat ``prompt`` + ``answer``)."""
     import verifiers as vf
 
-    env = vf.load_environment(ENV_ID, **env_args)
+    env = vf.load_environment(env_id, **env_args)
     return [{"prompt": list(r["prompt"]), "answer": r["answer"]} for r in env.get_dataset().rows]
 
 
@@ -216,8 +250,11 @@ def our_config(work: dict[str, Any], model_dir: Path, out_dir: Path) -> Any:
 
     return TrainConfig(
         model=str(model_dir),
-        env_id=ENV_ID,
+        env_id=work["env_id"],
         env_args=work["env_args"],
+        **({"lora": True, "lora_r": work["lora"]["r"], "lora_alpha": work["lora"]["alpha"],
+            "lora_dropout": work["lora"]["dropout"], "lora_target_modules": work["lora"]["target_modules"]}
+           if work["lora"] else {}),
         output_dir=str(out_dir),
         seed=work["seed"],
         algorithm="grpo",
@@ -331,177 +368,6 @@ def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, 
 
 
 
-# -- TRL ----------------------------------------------------------------------------------
-
-TRL_PROBE = (
-    "import json, trl, datasets, transformers, accelerate, torch; "
-    "print(json.dumps({'trl': trl.__version__, 'torch': torch.__version__, 'cuda': torch.cuda.is_available()}))"
-)
-TRL_HOWTO = (
-    f"provide it with `pip install --target DIR trl=={TRL_VERSION}` (offline: `pip install --no-index --no-deps "
-    "--target DIR WHEELS/*.whl` with trl, datasets and what they need beyond torch/transformers/accelerate) "
-    "and PYTHONPATH=DIR for this command, or --trl-python PATH (an interpreter that imports trl, datasets, "
-    "transformers, accelerate and a CUDA torch); --no-trl measures ours alone"
-)
-
-
-@dataclass(frozen=True)
-class TrlRuntime:
-    """Where TRL's side runs: the interpreter, whether it keeps this process's environment
-    (PYTHONPATH included: a ``pip install --target`` lives there) or gets `_clean_env`'s (a
-    virtualenv must not see the project's packages), the TRL version it imported, and why it
-    was picked (reported in the JSON as ``trl_source``)."""
-
-    python: str
-    keep_env: bool
-    trl_version: str
-    source: str
-
-
-def _clean_env(threads: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env["PYTHONNOUSERSITE"] = "1"
-    env["OMP_NUM_THREADS"] = str(threads)
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    return env
-
-
-def _trl_env(threads: int, keep_env: bool) -> dict[str, str]:
-    """The TRL process's environment: this process's own (``keep_env``) or `_clean_env`'s."""
-    if not keep_env:
-        return _clean_env(threads)
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-
-
-def probe_trl(python: str, keep_env: bool) -> dict[str, Any] | str:
-    """``{"trl", "torch", "cuda"}`` as ``python`` reports them after importing TRL and its
-    dependencies (in a child process: importing TRL here would change nothing but cost memory),
-    or why it could not."""
-    try:
-        done = subprocess.run([python, "-c", TRL_PROBE], env=_trl_env(1, keep_env), cwd=str(HERE),
-                              capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{python}: {exc}"
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        return f"{python}: {lines[-1] if lines else f'exit status {done.returncode}'}"
-    try:
-        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-    except (ValueError, IndexError):
-        return f"{python}: unexpected probe output {done.stdout[-200:]!r}"
-
-
-def resolve_trl(device: str, trl_python: str | None) -> TrlRuntime | str:
-    """Where TRL's side runs (order in the module doc), or a sentence saying why it cannot run.
-
-    On cuda nothing is installed: GPU machines are often offline, and a TRL pulled from an index
-    would bring its own torch.
-    """
-    def no_gpu(info: dict[str, Any], where: str) -> str | None:
-        if device == "cuda" and not info.get("cuda"):
-            return f"{where} imports trl {info.get('trl')}, but its torch {info.get('torch')} sees no GPU"
-        return None
-
-    if trl_python:
-        errors: list[str] = []
-        for keep in (False, True):  # a virtualenv first (clean environment), then with this PYTHONPATH
-            info = probe_trl(trl_python, keep)
-            if isinstance(info, str):
-                errors.append(info)
-                continue
-            bad = no_gpu(info, f"--trl-python {trl_python}")
-            if bad:
-                return bad
-            if info["trl"] != TRL_VERSION:
-                print(f"note: --trl-python {trl_python} has trl {info['trl']}, not {TRL_VERSION}", flush=True)
-            source = f"--trl-python {trl_python}" + (" (this environment)" if keep else "")
-            return TrlRuntime(trl_python, keep, str(info["trl"]), source)
-        return f"--trl-python {trl_python} does not import trl and its dependencies: {errors[-1]}"
-    info = probe_trl(sys.executable, True)
-    if isinstance(info, dict) and (info["trl"] == TRL_VERSION or device == "cuda"):
-        bad = no_gpu(info, f"this interpreter ({sys.executable})")
-        if bad is None:
-            return TrlRuntime(sys.executable, True, str(info["trl"]), "this interpreter")
-        return f"TRL is unavailable on cuda: {bad}; {TRL_HOWTO}"
-    if device == "cuda":
-        return f"TRL is unavailable on cuda: this interpreter ({sys.executable}) cannot import it ({info}); {TRL_HOWTO}"
-    if isinstance(info, dict):
-        print(f"this interpreter has trl {info['trl']}, not {TRL_VERSION}: using {TRL_VENV}", flush=True)
-    return TrlRuntime(str(ensure_trl_venv()), False, TRL_VERSION, str(TRL_VENV.relative_to(ROOT)))
-
-
-def ensure_trl_venv() -> Path:
-    """Create (or reuse) the TRL virtualenv and return its interpreter (CPU runs only)."""
-    py = TRL_VENV / "bin" / "python"
-    probe = (
-        "import trl, torch, transformers, datasets, accelerate; "
-        f"assert trl.__version__ == '{TRL_VERSION}', trl.__version__; "
-        "assert torch.__version__.startswith('2.13.0'), torch.__version__"
-    )
-    env = _clean_env(1)
-    if py.exists():
-        ok = subprocess.run([str(py), "-c", probe], env=env, cwd=str(HERE), capture_output=True)
-        if ok.returncode == 0:
-            return py
-        print(f"TRL venv at {TRL_VENV} does not import trl {TRL_VERSION} with torch 2.13.0; reinstalling", flush=True)
-    else:
-        print(f"creating the TRL venv at {TRL_VENV} (trl {TRL_VERSION} from PyPI; takes a few minutes)", flush=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(TRL_VENV)], check=True, env=env)
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", str(CONSTRAINTS),
-         *TRL_REQUIREMENTS],
-        check=True,
-        env=env,
-    )
-    subprocess.run([str(py), "-c", probe], check=True, env=env, cwd=str(HERE))
-    return py
-
-
-def run_trl(work: dict[str, Any], model_dir: Path, out_dir: Path, rows: list[dict[str, Any]],
-            runtime: TrlRuntime) -> dict[str, Any]:
-    """TRL's side in its own process; returns its JSON, or ``{"error": ...}`` saying why it failed."""
-    payload = {**work, "model_dir": str(model_dir), "output_dir": str(out_dir), "rows": rows}
-    payload_path = out_dir.parent / "trl_input.json"
-    payload_path.write_text(json.dumps(payload))
-    stderr_path = out_dir.parent / "trl_stderr.log"
-    if work["device"] == "cuda":
-        print(f"TRL: {work['warmup_steps'] + work['measured_steps']} steps on cuda with trl {runtime.trl_version} "
-              f"({runtime.source}: {runtime.python})", flush=True)
-    with open(payload_path) as stdin, open(stderr_path, "w") as err:
-        proc = subprocess.Popen(
-            [runtime.python, str(TRL_SCRIPT)], stdin=stdin, stdout=subprocess.PIPE, stderr=err,
-            text=True, env=_trl_env(work["threads"], runtime.keep_env), cwd=str(HERE),
-        )
-        last = ""
-        for line in proc.stdout or ():
-            line = line.rstrip("\n")
-            if line.startswith(("trl step", "trl:")):
-                print(line, flush=True)
-            if line.strip():
-                last = line
-        rc = proc.wait()
-    try:
-        out = json.loads(last) if rc == 0 else None
-    except json.JSONDecodeError:
-        out = None
-    if out is None:
-        tail = "\n".join(stderr_path.read_text().splitlines()[-30:])
-        print(f"TRL run FAILED (exit {rc}); stderr tail:\n{tail}", flush=True)
-        return {"error": f"TRL exited with {rc}: {tail.splitlines()[-1] if tail else 'no output'}"}
-    return out
-
-
-
-
-
-
-
-
-
-
-
-
 # -- main ---------------------------------------------------------------------------------
 
 
@@ -532,6 +398,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--G", type=int, default=8, help="samples per prompt (default 8)")
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="completion tokens (default 16 on cpu, 128 on cuda: the issue's GPU workload)")
+    ap.add_argument("--model", default=None, metavar="NAME",
+                    help="a real model (registry name or directory) on the real-model recipe's task "
+                         f"({REAL_CONFIG.name}: arithmetic) instead of a tiny one; --size and the shape flags are ignored")
+    ap.add_argument("--lora", action="store_true", help="both sides train a LoRA adapter (rank 8, attention)")
+    ap.add_argument("--matrix", action="store_true",
+                    help="one run of four: 32 and 128 completion tokens, full fine-tune and LoRA (with --model)")
     ap.add_argument("--hidden-size", type=int, default=None)
     ap.add_argument("--intermediate-size", type=int, default=None)
     ap.add_argument("--layers", type=int, default=None)
@@ -542,7 +414,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.max_tokens is None:
-        args.max_tokens = MAX_TOKENS[args.device]
+        args.max_tokens = 32 if args.model else MAX_TOKENS[args.device]
     if args.max_tokens < 1 or args.threads < 1:
         ap.error("need --max-tokens >= 1 and --threads >= 1")
     if args.rounds < 1:
@@ -584,19 +456,43 @@ def prepare_device(device: str, mixed_precision: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     gpu_name = prepare_device(args.device, args.mixed_precision)
-    on_gpu = args.device == "cuda"
-    work = workload(args)
-    t0 = time.perf_counter()
     runtime: TrlRuntime | str | None = None
     if not args.no_trl:  # before anything slow: a missing TRL should be said at once
         runtime = resolve_trl(args.device, args.trl_python)
         if isinstance(runtime, str):
             print(f"TRL: {runtime}", flush=True)
-        elif on_gpu:
+        elif args.device == "cuda":
             print(f"TRL: trl {runtime.trl_version} via {runtime.source} ({runtime.python})", flush=True)
+    if not args.matrix:
+        result, ok = measure(args, runtime, gpu_name)
+        print(json.dumps(result))
+        return 0 if ok else 1
+    runs, all_ok = [], True
+    for tokens, lora in MATRIX:  # one run: both budgets, full fine-tune and LoRA
+        print(f"== {tokens} completion tokens, {'LoRA' if lora else 'full fine-tune'}", flush=True)
+        result, ok = measure(argparse.Namespace(**{**vars(args), "max_tokens": tokens, "lora": lora}), runtime,
+                             gpu_name)
+        runs.append(result)
+        all_ok = all_ok and ok
+    table = [{"max_tokens": r["max_tokens"], "lora": bool(r["lora"]), "ours_s_per_step": r["ours_s_per_step"],
+              "trl_s_per_step": r["trl_s_per_step"], "ratio": r["ratio"]} for r in runs]
+    for row in table:
+        print(f"{row['max_tokens']:4d} tokens {'LoRA' if row['lora'] else 'full':4s}: ours {_fmt(row['ours_s_per_step'])} s,"
+              f" TRL {_fmt(row['trl_s_per_step'])} s, ratio {_fmt(row['ratio'])}", flush=True)
+    print(json.dumps({"matrix": table, "target_ratio": TARGET_RATIO, "model": runs[0]["model"],
+                      "pass": all(r["pass"] for r in runs), "runs": runs}))
+    return 0 if all_ok else 1
+
+
+def measure(args: argparse.Namespace, runtime: TrlRuntime | str | None,
+            gpu_name: str | None) -> tuple[dict[str, Any], bool]:
+    """One workload, ours then TRL's in each round: its figures, and whether every side measured."""
+    on_gpu = args.device == "cuda"
+    work = workload(args)
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vf-trainer-step-") as tmp:
         root = Path(tmp)
-        model_dir = build_model(work["model"], root / "model")
+        model_dir = real_model(args.model)[0] if args.model else build_model(work["model"], root / "model")
         params = param_count(model_dir)
         print(model_line(work, params), flush=True)
         body_params, head_params = matmul_params(model_dir, params)
@@ -605,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         # tenants) weighs on both sides alike; each side's figure is the median of all its rounds' steps.
         ours_rounds: list[dict[str, Any]] = []
         trl_rounds: list[dict[str, Any]] = []
-        rows = training_rows(work["env_args"]) if isinstance(runtime, TrlRuntime) else None
+        rows = training_rows(work["env_args"], work["env_id"]) if isinstance(runtime, TrlRuntime) else None
         for k in range(args.rounds):
             if args.rounds > 1:
                 print(f"round {k + 1} of {args.rounds}", flush=True)
@@ -641,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ratio": cpu_ratio,
         "pass": None if ratio is None else ratio <= TARGET_RATIO,
         "model": {**work["model"], "params": params},
-        "env_id": ENV_ID,
+        "env_id": work["env_id"],
+        "lora": work["lora"],
         "prompts_per_step": work["prompts_per_step"],
         "num_generations": work["num_generations"],
         "max_tokens": work["max_tokens"],
@@ -677,8 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         "trl_source": runtime.source if isinstance(runtime, TrlRuntime) else None,
         "elapsed_s": time.perf_counter() - t0,
     }
-    print(json.dumps(result))
-    return 0 if ours_s is not None and (args.no_trl or trl_s is not None) else 1
+    return result, ours_s is not None and (args.no_trl or trl_s is not None)
 
 
 if __name__ == "__main__":

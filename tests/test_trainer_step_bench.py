@@ -122,18 +122,19 @@ def test_phase_timer_waits_for_the_device_around_every_phase(bench: Any) -> None
 
 
 def test_trl_resolution_never_installs_on_cuda(bench: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench, "ensure_trl_venv", lambda: pytest.fail("no virtualenv is built on cuda"))
-    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: f"{python}: No module named 'trl'")
+    runtime = sys.modules[bench.resolve_trl.__module__]  # benchmarks/_trl_runtime.py, where resolution lives
+    monkeypatch.setattr(runtime, "ensure_trl_venv", lambda: pytest.fail("no virtualenv is built on cuda"))
+    monkeypatch.setattr(runtime, "probe_trl", lambda python, keep: f"{python}: No module named 'trl'")
     missing = bench.resolve_trl("cuda", None)
     assert isinstance(missing, str) and "--trl-python" in missing and "pip install --target" in missing
-    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: {"trl": "1.20.0", "torch": "2.11.0", "cuda": True})
+    monkeypatch.setattr(runtime, "probe_trl", lambda python, keep: {"trl": "1.20.0", "torch": "2.11.0", "cuda": True})
     found = bench.resolve_trl("cuda", None)  # any version on cuda, in this interpreter and environment
     assert (found.python, found.keep_env, found.trl_version) == (sys.executable, True, "1.20.0")
-    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: {"trl": "1.16.0", "torch": "2.13.0", "cuda": False})
+    monkeypatch.setattr(runtime, "probe_trl", lambda python, keep: {"trl": "1.16.0", "torch": "2.13.0", "cuda": False})
     assert "sees no GPU" in bench.resolve_trl("cuda", None)
     # on a CPU another TRL version than the pinned one falls back to the pinned virtualenv
-    monkeypatch.setattr(bench, "probe_trl", lambda python, keep: {"trl": "1.20.0", "torch": "2.13.0", "cuda": False})
-    monkeypatch.setattr(bench, "ensure_trl_venv", lambda: Path("/venv/bin/python"))
+    monkeypatch.setattr(runtime, "probe_trl", lambda python, keep: {"trl": "1.20.0", "torch": "2.13.0", "cuda": False})
+    monkeypatch.setattr(runtime, "ensure_trl_venv", lambda: Path("/venv/bin/python"))
     venv = bench.resolve_trl("cpu", None)
     assert (venv.python, venv.keep_env) == ("/venv/bin/python", False)
 
@@ -151,3 +152,18 @@ def test_trl_from_a_target_install_keeps_pythonpath(bench: Any, tmp_path: Path, 
     assert bench._trl_env(2, True)["OMP_NUM_THREADS"] == "2"
     if not installed:
         assert "No module named 'trl'" in bench.probe_trl(sys.executable, False)
+
+
+def test_a_real_model_trains_on_the_real_recipes_task_with_or_without_lora(bench: Any, tmp_path: Path) -> None:
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "model", TinyModelSpec(hidden_size=32))
+    full = bench.workload(bench.parse_args(["--model", str(model_dir)]))
+    assert (full["env_id"], full["reward"], full["lora"], full["max_tokens"]) == ("arithmetic", "final_number", None, 32)
+    assert "boxed" in full["env_args"]["system_prompt"]  # the recipe's own prompt, as vf-train gets it
+    assert full["model"]["hidden_size"] == 32 and full["model"]["name"] == str(model_dir)
+    lora = bench.workload(bench.parse_args(["--model", str(model_dir), "--lora", "--max-tokens", "128"]))
+    assert lora["lora"]["r"] == 8 and lora["max_tokens"] == 128
+    cfg = bench.our_config(lora, model_dir, tmp_path / "out")
+    assert cfg.lora and cfg.lora_r == 8 and cfg.env_id == "arithmetic"
+    assert bench.workload(bench.parse_args([]))["env_id"] == "letter-repeat"  # the tiny default is unchanged
