@@ -36,7 +36,7 @@ from verifiers.inference.server.protocol import (
     validation_error,
 )
 from verifiers.inference.server.render_cache import RenderCache
-from verifiers.inference.server.sse import DONE, ChunkWriter, merge_deltas
+from verifiers.inference.server.sse import DONE, ChunkWriter, DeltaBatches, merge_deltas
 from verifiers.inference.server.tool_parser import OPEN, forced_text, parse_tool_calls, tag_prefix_len
 
 INLINE_PARSE_CHARS = 16_000
@@ -482,14 +482,11 @@ class EmbeddedAPI:
         """The SSE body: one write per batch of deltas the engine had ready (one chunk per choice in it)."""
         w = ChunkWriter(f"cmpl-{uuid.uuid4().hex}", "text_completion", int(time.time()), model)
         offsets = [0] * req.n
-        final: RequestOutput | None = None
+        batches = DeltaBatches(events)
         try:
-            async for ev in events:
-                if isinstance(ev, RequestOutput):
-                    final = ev
-                    continue
+            async for deltas in batches:
                 out = []
-                for d in merge_deltas(ev):
+                for d in deltas:
                     if d.finish_reason is None and req.logprobs is None and not req.return_token_ids:
                         out.append(w.completion_text(d.index, d.text))  # the common chunk
                         offsets[d.index] += len(d.text)
@@ -511,8 +508,8 @@ class EmbeddedAPI:
                     out.append(w.event([c]))
                 if out:
                     yield "".join(out)
-            if req.include_usage_in_stream and final is not None:
-                yield w.event([], usage=self._usage(len(prompt_ids), [final]))
+            if req.include_usage_in_stream and batches.final is not None:
+                yield w.event([], usage=self._usage(len(prompt_ids), [batches.final]))
         except Exception as exc:
             yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"
         yield DONE

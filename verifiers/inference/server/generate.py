@@ -26,10 +26,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from verifiers.inference.engine import RequestOutput
 from verifiers.inference.engine.sampling import SamplingParams
 from verifiers.inference.server.protocol import OpenAIError
-from verifiers.inference.server.sse import DONE, merge_deltas
+from verifiers.inference.server.sse import DONE, DeltaBatches
 
 # vLLM sampling fields that change nothing here (we detokenise only in "text" mode, and the same way)
 _HARMLESS = {"skip_special_tokens", "spaces_between_special_tokens", "detokenize", "output_kind",
@@ -161,19 +160,16 @@ async def generate_stream(req: GenerateRequest, params: SamplingParams,
     options = req.stream_options or StreamOptions()
     prompt_ids = list(req.token_ids) if req.return_token_ids else None
     generated = [0] * req.sampling_params.n
-    final: RequestOutput | None = None
+    batches = DeltaBatches(events)
 
     def usage(completion: int) -> dict[str, int]:
         return {"prompt_tokens": len(req.token_ids), "completion_tokens": completion,
                 "total_tokens": len(req.token_ids) + completion}
 
     try:
-        async for ev in events:
-            if isinstance(ev, RequestOutput):
-                final = ev
-                continue
+        async for deltas in batches:
             out = []
-            for d in merge_deltas(ev):
+            for d in deltas:
                 if not d.token_ids and d.finish_reason is None and not (req.output_mode == "text" and d.text):
                     continue
                 generated[d.index] += len(d.token_ids)
@@ -196,8 +192,8 @@ async def generate_stream(req: GenerateRequest, params: SamplingParams,
         if options.include_usage:
             last = {"request_id": request_id, "output_mode": req.output_mode, "choices": [],
                     "usage": usage(sum(generated))}
-            if final is not None:
-                last["weight_version"] = final.weight_version
+            if batches.final is not None:
+                last["weight_version"] = batches.final.weight_version
             yield f"data: {json.dumps(last)}\n\n"
     except Exception as exc:
         yield f"data: {json.dumps(OpenAIError(500, str(exc)).body())}\n\n"

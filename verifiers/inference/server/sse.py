@@ -13,11 +13,11 @@ as vLLM does, so one chunk carries them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from json.encoder import encode_basestring  # json.dumps's string encoder when ensure_ascii=False
 from typing import Any
 
-from verifiers.inference.engine import StreamDelta
+from verifiers.inference.engine import RequestOutput, StreamDelta
 
 DONE = "data: [DONE]\n\n"
 
@@ -66,3 +66,19 @@ def merge_deltas(deltas: Sequence[StreamDelta]) -> list[StreamDelta]:
         m.top_logprobs += d.top_logprobs
         m.finish_reason, m.stop_reason = d.finish_reason, d.stop_reason
     return list(merged.values())
+
+
+class DeltaBatches:
+    """An engine stream (`InferenceEngine.stream`) as batches of merged deltas, one batch per list the
+    engine had ready; ``final`` holds the `RequestOutput` the stream ends with, once it has."""
+
+    def __init__(self, events: AsyncIterator[list[StreamDelta] | RequestOutput]) -> None:
+        self.events = events
+        self.final: RequestOutput | None = None
+
+    async def __aiter__(self) -> AsyncIterator[list[StreamDelta]]:
+        async for ev in self.events:
+            if isinstance(ev, RequestOutput):
+                self.final = ev
+            else:
+                yield merge_deltas(ev)
