@@ -8,6 +8,7 @@ with two weighted rewards (one a mapping of two names), two metrics and a stop h
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,11 +93,21 @@ def quiz_script() -> ServerScript:
 
 
 @pytest.fixture
-def quiz_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pkg = tmp_path / "pkgs" / "calc_quiz"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(textwrap.dedent(PACKAGE))
-    monkeypatch.syspath_prepend(str(pkg.parent))
-    return pkg
+def taskset_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], Path]:
+    """``taskset_package(name, source)``: a package ``name`` holding ``source``, importable for the test."""
+
+    def write(name: str, source: str) -> Path:
+        pkg = tmp_path / "pkgs" / name
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(textwrap.dedent(source))
+        monkeypatch.syspath_prepend(str(pkg.parent))
+        return pkg
+
+    return write
+
+
+@pytest.fixture
+def quiz_package(taskset_package: Callable[[str, str], Path]) -> Path:
+    return taskset_package("calc_quiz", PACKAGE)
 
 

@@ -5,7 +5,7 @@ task's hooks; and the program's tools on their own."""
 from __future__ import annotations
 
 import json
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,12 +46,8 @@ __all__ = ["ShellTaskset"]
 
 
 @pytest.fixture
-def shell_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pkg = tmp_path / "pkgs" / "shell_quiz"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(textwrap.dedent(PACKAGE))
-    monkeypatch.syspath_prepend(str(pkg.parent))
-    return pkg
+def shell_package(taskset_package: Callable[[str, str], Path]) -> Path:
+    return taskset_package("shell_quiz", PACKAGE)
 
 
 async def test_the_bash_program_runs_the_models_command_and_the_task_scores_its_conversation(
