@@ -324,7 +324,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     examples = 20 if args.quick else args.examples
 
     def held_out(path: Path) -> dict[str, Any]:
-        with inprocess(path, args.threads, args.seed) as client:
+        with open_client(args.eval_engine, path, args.threads, args.seed, args.max_tokens) as client:
             return asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
 
     before = held_out(model_dir)
@@ -358,7 +358,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "accuracy_answered_before": before["accuracy_answered"], "boxed_before": before.get("boxed"),
         "boxed_after": after.get("boxed"),
         "accuracy_answered_after": after["accuracy_answered"], "max_tokens": args.max_tokens,
-        "train_s": round(train_s, 1), "steps": steps, "s_per_step": round(train_s / max(steps, 1), 2),
+        "eval_engine": args.eval_engine, "train_s": round(train_s, 1), "steps": steps, "s_per_step": round(train_s / max(steps, 1), 2),
         "generation_s": round(gen_s, 1), "learner_s": round(learn_s, 1),
         "reward_first": round(summary.reward_first, 4), "reward_last": round(summary.reward_last, 4),
         "peak_rss_gb": round(peak_rss_gb(), 2), "threads": args.threads, "output_dir": str(out_dir),
@@ -432,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="baseline: a comma list of serve, inprocess, vllm (vLLM's CPU build; the vllm extra)")
     ap.add_argument("--vllm", action="store_true",
                     help="--train: generate through a vLLM server this script starts (the vllm extra)")
+    ap.add_argument("--eval-engine", choices=ENGINES, default="inprocess",
+                    help="--train: the engine of the before and after evaluations (vllm: faster at long --max-tokens)")
     ap.add_argument("--only-arithmetic", action="store_true", help="baseline: skip the two other environments")
     ap.add_argument("--reasoning-gym", nargs="?", const=",".join(REASONING_GYM), default=None, metavar="NAMES",
                     help="baseline: also these reasoning-gym datasets (comma list; alone: "
