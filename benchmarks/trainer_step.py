@@ -32,6 +32,8 @@ in wall time):
   so both sides generate and train on the same number of tokens (``--natural-lengths``
   drops that; the mean lengths are reported either way);
 * reward: the share of the reply's characters that equal the requested letter;
+* every row through the loss, a group whose rewards are all equal too (our ``skip_zero_advantage``
+  off, as TRL has no such skip; `zero_advantage_skip.py` measures the skip);
 * GRPO with group-std-scaled advantages, clipped surrogate (eps 0.2), per-sequence mean
   (TRL ``loss_type="grpo"``), ``beta = 0`` (no reference model), ``num_iterations = 1``, no
   gradient accumulation, AdamW (betas 0.9/0.99), lr 1e-5 constant, grad-norm clip 1.0,
@@ -262,6 +264,7 @@ def our_config(work: dict[str, Any], model_dir: Path, out_dir: Path) -> Any:
         num_generations=work["num_generations"],
         gradient_accumulation_steps=1,
         num_iterations=work["num_iterations"],
+        skip_zero_advantage=False,  # TRL runs every row through the loss: so do we (a group of equal rewards too)
         max_steps=work["warmup_steps"] + work["measured_steps"],
         max_tokens=work["max_tokens"],
         temperature=1.0,
