@@ -120,6 +120,7 @@ FOREIGN = {
     "--no-build-isolation": "pip", "--no-deps": "pip", "--trusted-host": "pip", "-W": "python", "--multi_gpu": "accelerate",
     "--weight-transfer-config": "vLLM", "--enable-auto-tool-choice": "vLLM", "--tool-call-parser": "vLLM",
     "--gpu-memory-utilization": "vLLM", "--middleware": "vLLM", "--no-enable-chunked-prefill": "vLLM",
+    "--enable-scale-out": "vLLM", "--eval-engine": "benchmarks/real_model.py",
     "--test-only": "scripts/update-constraints.sh", "--learn": "benchmarks/scale.py",
     "--steps": "benchmarks/scale.py", "--loss": "benchmarks/agentic_copy_probe.py",
     "--tools": "benchmarks/agentic_copy_probe.py", "--ahead": "benchmarks/trainer_step.py",
