@@ -338,7 +338,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
             t = time.perf_counter()
             summary = GRPOTrainer(cfg).train()
             train_s = time.perf_counter() - t
-        served = vllm_after_training(server, out_dir / "final_model", env, examples, args) if server else {}
+        checks = vllm_after_training(server, out_dir / "final_model", env, examples, args) if server else {}
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     gen_s = sum(r.get("time/generation_s", 0.0) for r in rows)
     learn_s = sum(r.get("time/train_s", 0.0) for r in rows)
@@ -346,10 +346,10 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     print(f"after: {json.dumps(after)}", flush=True)
     steps = summary.steps
     if server:
-        served |= {"syncs_verified": sum("sync/probe_max_abs_diff" in r for r in rows), "steps_logged": len(rows),
+        checks |= {"syncs_verified": sum("sync/probe_max_abs_diff" in r for r in rows), "steps_logged": len(rows),
                    "sync_probe_max": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=None)}
     return {
-        "seed": args.seed, "engine": "vllm" if server else "embedded", **served,
+        "seed": args.seed, "engine": "vllm" if server else "embedded", **checks,
         "pass1_before": before["pass1"], "pass1_after": after["pass1"],
         "pass4_before": before[f"pass{args.samples}"], "pass4_after": after[f"pass{args.samples}"],
         "greedy_before": before["greedy"], "greedy_after": after["greedy"],
@@ -358,14 +358,15 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "accuracy_answered_before": before["accuracy_answered"], "boxed_before": before.get("boxed"),
         "boxed_after": after.get("boxed"),
         "accuracy_answered_after": after["accuracy_answered"], "max_tokens": args.max_tokens,
-        "eval_engine": args.eval_engine, "train_s": round(train_s, 1), "steps": steps, "s_per_step": round(train_s / max(steps, 1), 2),
+        "eval_engine": args.eval_engine, "train_s": round(train_s, 1), "steps": steps,
+        "s_per_step": round(train_s / max(steps, 1), 2),
         "generation_s": round(gen_s, 1), "learner_s": round(learn_s, 1),
         "reward_first": round(summary.reward_first, 4), "reward_last": round(summary.reward_last, 4),
         "peak_rss_gb": round(peak_rss_gb(), 2), "threads": args.threads, "output_dir": str(out_dir),
         "cut_ok": before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET,
         "targets_met": (after["pass1"] >= PASS1_TARGET and after["pass1"] > before["pass1"] and train_s <= TRAIN_S_TARGET
                         and before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET
-                        and (not server or (served["served_equals_final"] and served["syncs_verified"] == steps))),
+                        and (not server or (checks["served_equals_final"] and checks["syncs_verified"] == steps))),
     }
 
 
