@@ -106,6 +106,7 @@ def test_the_programs_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert bash_agent.call_tool("bash", json.dumps({"command": "sleep 5"}), 0.2) == (
         "error: the command ran past 0.2 s and was stopped")
     assert bash_agent.call_tool("python", "{}", 5) == "error: no tool named 'python' (the tools are bash and edit)"
+    assert bash_agent.call_tool("bash", json.dumps({"command": "printf '\\377ok'"}), 5) == "exit code 0\n\ufffdok"
     assert len(bash_agent.call_tool("bash", json.dumps({"command": "head -c 50000 /dev/zero | tr '\\\\0' x"}), 5)) < 10_200
 
 

@@ -55,8 +55,8 @@ def run_bash(command: Any, timeout_s: float) -> str:
     if not isinstance(command, str) or not command.strip():
         return "error: 'command' must be a non-empty string"
     try:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, errors="replace",
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)  # bytes that are not UTF-8: shown as such
     except subprocess.TimeoutExpired:
         return f"error: the command ran past {timeout_s:g} s and was stopped"
     return clip(f"exit code {done.returncode}\n{done.stdout}{done.stderr}")
