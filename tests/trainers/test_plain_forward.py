@@ -3,8 +3,9 @@
 `test_logprobs_memory.py` already holds the learner to the full-logits path (transformers'
 forward) for Llama and Qwen2, which now run as plain ops on a CPU. Here: Qwen3 (per-head q/k
 norm, an explicit head_dim), the same batch through both forwards of the learner itself, and
-the models the plain forward must leave to transformers (wrapped, LoRA, gradient
-checkpointing, autocast, bf16), which still get the right values.
+peft LoRA models, whose updates the plain forward adds itself, and the models it must leave to
+transformers (wrapped, DoRA, an adapted head, gradient checkpointing, autocast, bf16), which still
+get the right values.
 """
 
 from __future__ import annotations
@@ -85,10 +86,16 @@ def _wrapped(model: Any) -> Any:
     return Wrapper(model)
 
 
-def _lora(model: Any) -> Any:
+def _dora(model: Any) -> Any:
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], use_dora=True))
+
+
+def _lora_on_head(model: Any) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "lm_head"]))
 
 
 def _checkpointing(model: Any) -> Any:
@@ -100,7 +107,8 @@ def _bf16(model: Any) -> Any:
     return model.to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("change", [_wrapped, _lora, _checkpointing, _bf16], ids=["ddp-like", "lora", "checkpointing", "bf16"])
+@pytest.mark.parametrize("change", [_wrapped, _dora, _lora_on_head, _checkpointing, _bf16],
+                         ids=["ddp-like", "dora", "lora-on-head", "checkpointing", "bf16"])
 def test_models_it_does_not_reproduce_keep_transformers_forward(change: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     model = change(tiny(arch="llama"))
     lm = plain_forward_lm(model)
@@ -165,3 +173,58 @@ def test_tied_embeddings_take_the_plain_forward_and_get_transformers_gradient(mo
     assert_same(full, mine, tol=2e-5)
     assert "model.embed_tokens.weight" in mine[2] and "lm_head.weight" not in mine[2]  # one tied parameter
     assert mine[2]["model.embed_tokens.weight"].abs().sum() > 0
+
+
+def _lora_everywhere(model: Any, dropout: float = 0.0) -> Any:
+    """LoRA on every attention and MLP projection, its B matrices moved off their zero start (so each
+    update counts in the values and the gradients)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=targets))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    return model
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_lora_takes_the_plain_forward_with_peft_logps_and_adapter_gradients(arch: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LoRA run's learner adds the adapters' updates to the packed base products: peft's values,
+    and gradients on exactly the adapter weights (the base stays frozen), as peft's forward gives."""
+    model = _lora_everywhere(qwen3() if arch == "qwen3" else tiny(arch="llama"))
+    lm = plain_forward_lm(model)
+    assert plain_forward.why_not(model, lm) is None
+    batch = make_batch(lm.config.vocab_size, groups=3, group_size=4, shared=True, seed=5, completion=(1, 12))
+    calls = Calls(monkeypatch)
+    mine = step(model, batch, functools.partial(completion_logps, chunk_tokens=16), 0.8)
+    assert calls.n >= 2  # the prompts once, then the completions
+    assert mine[2] and all("lora_" in name for name in mine[2])
+    assert len(mine[2]) == 2 * 7 * lm.config.num_hidden_layers  # A and B of every adapted projection
+    with monkeypatch.context() as m:
+        forced_transformers(m)
+        theirs = step(model, batch, functools.partial(completion_logps, chunk_tokens=16), 0.8)
+    assert_same(theirs, mine)
+    with model.disable_adapter(), torch.no_grad():  # adapters off: the base model's values
+        off, _ = completion_logps(model, batch, 0.8, chunk_tokens=16)
+        base, _ = full_logits_logps(model, batch, 0.8)
+    mask = batch.loss_mask
+    torch.testing.assert_close(torch.where(mask, off, 0.0), torch.where(mask, base, 0.0), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(torch.where(mask, off, 0.0), mine[0], atol=1e-3)
+
+
+def test_lora_dropout_runs_in_the_plain_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropout on the adapters' inputs is applied in training mode (the values move with it) and not in eval mode."""
+    model = _lora_everywhere(tiny(arch="llama"), dropout=0.5)
+    batch = make_batch(plain_forward_lm(model).config.vocab_size, groups=2, group_size=3, seed=2)
+    run = functools.partial(completion_logps, chunk_tokens=16)
+    model.eval()
+    with torch.no_grad():
+        a, b = run(model, batch, 1.0)[0], run(model, batch, 1.0)[0]
+        model.train()
+        torch.manual_seed(0)
+        c = run(model, batch, 1.0)[0]
+    torch.testing.assert_close(a, b)
+    assert not torch.allclose(torch.where(batch.loss_mask, c, 0.0), torch.where(batch.loss_mask, a, 0.0), atol=1e-4)

@@ -11,7 +11,8 @@ backward (`packed_linear`, about 2x ``F.linear``'s rate on our machine), packed 
 pass and reused by the completion pass. The decoding step's checks
 (`verifiers.inference.engine.fast_decode.why_not`: architecture, float32, CPU, plain ``nn.Linear``
 projections, no hooks) decide where it applies, and the learner also keeps transformers' forward
-for wrapped models (DDP, PEFT), gradient checkpointing and autocast. Log-probabilities and every
+for wrapped models (DDP, PEFT other than LoRA), gradient checkpointing and autocast; a peft LoRA model runs
+here too, its updates added to the base products (`trainers.grpo.learn.lora_forward`). Log-probabilities and every
 parameter's gradient match transformers' to float32 rounding (``tests/trainers/test_plain_forward.py``
 for Llama, Qwen2 and Qwen3; ``test_logprobs_memory.py`` against the full-logits path).
 
@@ -27,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trainers.grpo.learn.lora_forward import is_lora_model_of, projection_ok, with_lora
 from trainers.grpo.learn.packed_linear import learner_projections
 from verifiers.inference.engine.fast_decode import forward_tokens
 from verifiers.inference.engine.fast_decode import why_not as decoder_why_not
@@ -59,14 +61,17 @@ class PlainOutput:
 
 
 def why_not(model: Any, lm: Any) -> str | None:
-    """Why the plain forward cannot stand in for ``model``'s (``lm``: the transformers model inside)."""
-    if model is not lm:
-        return f"{type(model).__name__} wraps the model (DDP or PEFT): its own forward runs"
+    """Why the plain forward cannot stand in for ``model``'s (``lm``: the transformers model inside).
+
+    A peft LoRA model is reproduced (`trainers.grpo.learn.lora_forward`); any other wrapper runs its own forward.
+    """
+    if model is not lm and not is_lora_model_of(model, lm):
+        return f"{type(model).__name__} wraps the model (DDP, or PEFT other than LoRA): its own forward runs"
     if any(bool(getattr(lm, f, False)) for f in ("is_gradient_checkpointing", "is_activation_checkpointing")):
         return "gradient checkpointing"
     if torch.is_autocast_enabled("cpu"):
         return "autocast"
-    return decoder_why_not(lm)
+    return decoder_why_not(lm, projection_ok)
 
 
 def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
@@ -76,7 +81,7 @@ def forward(lm: Any, input_ids: Tensor, attention_mask: Tensor, position_ids: Te
     ``attention_mask`` is ``[N, P + T]`` (1 = a real token) over the cached columns and the new ones.
     """
     past = past_key_values.layers if past_key_values is not None else []
-    proj = past_key_values.projections if past_key_values is not None else learner_projections(lm)
+    proj = past_key_values.projections if past_key_values is not None else with_lora(learner_projections(lm), lm)
     cache = PlainCache(projections=proj)
 
     def write(i: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

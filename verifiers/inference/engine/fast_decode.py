@@ -43,8 +43,12 @@ def _is_rms_norm(module: Any) -> bool:
             and not (module._forward_hooks or module._forward_pre_hooks))
 
 
-def why_not(model: Any) -> str | None:
-    """Why `FastDecoder` cannot stand in for ``model``'s forward, or None when it can."""
+def why_not(model: Any, projection_ok: Callable[[Any], bool] | None = None) -> str | None:
+    """Why `FastDecoder` cannot stand in for ``model``'s forward, or None when it can.
+
+    ``projection_ok`` judges each attention and MLP projection (default: a plain ``nn.Linear``
+    without hooks); the learner passes one that also accepts the LoRA layers it reproduces.
+    """
     import torch
     from torch import nn
 
@@ -74,7 +78,7 @@ def why_not(model: Any) -> str | None:
         if getattr(attn, "sliding_window", None) is not None:
             return f"layer {i} uses sliding-window attention"
         projections = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        if not all(_plain(p, nn.Linear) for p in projections):
+        if not all(projection_ok(p) if projection_ok else _plain(p, nn.Linear) for p in projections):
             return f"layer {i} has a projection that is not a plain nn.Linear (LoRA, quantized or hooked)"
         norms = [layer.input_layernorm, layer.post_attention_layernorm]
         norms += [n for n in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)) if n is not None]

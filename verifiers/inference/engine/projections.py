@@ -40,6 +40,8 @@ class Projections(Protocol):
     def qkv(self, layer: int, x: Any) -> tuple[Any, Any, Any]: ...
     def o(self, layer: int, x: Any) -> Any: ...
     def mlp(self, layer: int, x: Any) -> Any: ...
+    def gate_up(self, layer: int, x: Any) -> tuple[Any, Any]: ...
+    def down(self, layer: int, x: Any) -> Any: ...
     def head(self, x: Any) -> Any: ...
 
 
@@ -60,8 +62,15 @@ class ModuleProjections:
     def mlp(self, layer: int, x: Any) -> Any:
         import torch.nn.functional as F
 
+        gate, up = self.gate_up(layer, x)
+        return self.down(layer, F.silu(gate) * up)
+
+    def gate_up(self, layer: int, x: Any) -> tuple[Any, Any]:
         m = self.layers[layer].mlp
-        return _linear(F.silu(_linear(x, m.gate_proj)) * _linear(x, m.up_proj), m.down_proj)
+        return _linear(x, m.gate_proj), _linear(x, m.up_proj)
+
+    def down(self, layer: int, x: Any) -> Any:
+        return _linear(x, self.layers[layer].mlp.down_proj)
 
     def head(self, x: Any) -> Any:
         return _linear(x, self.lm_head)
@@ -135,9 +144,16 @@ class PackedProjections:
     def mlp(self, layer: int, x: Any) -> Any:
         import torch.nn.functional as F
 
+        gate, up = self.gate_up(layer, x)
+        return self.down(layer, F.silu(gate) * up)
+
+    def gate_up(self, layer: int, x: Any) -> tuple[Any, Any]:
         p = self.layers[layer]
         both = p.gate_up.apply(x)
-        return p.down.apply(F.silu(both[..., :p.gate_end]) * both[..., p.gate_end:])
+        return both[..., :p.gate_end], both[..., p.gate_end:]
+
+    def down(self, layer: int, x: Any) -> Any:
+        return self.layers[layer].down.apply(x)
 
     def head(self, x: Any) -> Any:
         if self._head is None:
