@@ -228,3 +228,27 @@ def test_lora_dropout_runs_in_the_plain_forward(monkeypatch: pytest.MonkeyPatch)
         c = run(model, batch, 1.0)[0]
     torch.testing.assert_close(a, b)
     assert not torch.allclose(torch.where(batch.loss_mask, c, 0.0), torch.where(batch.loss_mask, a, 0.0), atol=1e-4)
+
+
+def test_frozen_base_weights_are_packed_once_until_an_adapter_is_merged() -> None:
+    """A LoRA run packs its frozen base weights once and reuses them; merging an adapter (peft writes
+    ``.data``) repacks; trained weights are packed anew every time."""
+    from trainers.grpo.learn.packed_linear import learner_projections
+
+    full = tiny(arch="llama")
+    assert learner_projections(full) is not learner_projections(full)
+    model = _lora_everywhere(tiny(arch="llama"))
+    lm = plain_forward_lm(model)
+    first = learner_projections(lm)
+    assert first is not None and learner_projections(lm) is first
+    batch = make_batch(lm.config.vocab_size, groups=2, group_size=3, seed=2)
+    with torch.no_grad():
+        before, _ = completion_logps(model, batch, 1.0, chunk_tokens=16)
+        model.merge_adapter()
+        assert learner_projections(lm) is not first
+        merged, _ = completion_logps(model, batch, 1.0, chunk_tokens=16)
+        model.unmerge_adapter()
+        again, _ = completion_logps(model, batch, 1.0, chunk_tokens=16)
+    mask = batch.loss_mask
+    torch.testing.assert_close(torch.where(mask, merged, 0.0), torch.where(mask, before, 0.0), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.where(mask, again, 0.0), torch.where(mask, before, 0.0), atol=1e-5, rtol=1e-5)

@@ -97,7 +97,7 @@ class PackedProjections:
         import torch
 
         make = product or _pack
-        self._stamp = _stamp(_projection_weights(lm))
+        self._stamp = _stamp(projection_weights(lm))
         self._make = make
         self._lm_head = lm.lm_head
         self._head: Product | None = None
@@ -122,7 +122,7 @@ class PackedProjections:
         problem = _onednn_problem()
         if problem is not None:
             return problem
-        size = sum(w.numel() * w.element_size() for w in _projection_weights(lm))
+        size = sum(w.numel() * w.element_size() for w in projection_weights(lm))
         if size > PACK_MAX_BYTES:
             return f"projection weights of {size / 2**30:.1f} GiB (packing copies them; the limit is 1 GiB)"
         return None
@@ -131,7 +131,7 @@ class PackedProjections:
         """Whether ``lm``'s projection weights are still the tensors packed, unmodified as far as
         PyTorch records (a write through ``.data`` or a fused optimizer is not recorded: after such
         an edit, the engine's `paused` or `bump_version` is what marks the weights changed)."""
-        return _stamp(_projection_weights(lm)) == self._stamp
+        return _stamp(projection_weights(lm)) == self._stamp
 
     def qkv(self, layer: int, x: Any) -> tuple[Any, Any, Any]:
         p = self.layers[layer]
@@ -229,7 +229,7 @@ def _cat_bias(linears: tuple[Any, ...]) -> Any:
     return torch.cat([p.bias if p.bias is not None else p.weight.new_zeros(p.out_features) for p in linears])
 
 
-def _projection_weights(lm: Any) -> list[Any]:
+def projection_weights(lm: Any) -> list[Any]:
     """Every tensor the packed copy is made from, in a fixed order."""
     out = []
     for layer in lm.model.layers:
