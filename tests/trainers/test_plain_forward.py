@@ -252,3 +252,35 @@ def test_frozen_base_weights_are_packed_once_until_an_adapter_is_merged() -> Non
     mask = batch.loss_mask
     torch.testing.assert_close(torch.where(mask, merged, 0.0), torch.where(mask, before, 0.0), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.where(mask, again, 0.0), torch.where(mask, before, 0.0), atol=1e-5, rtol=1e-5)
+
+
+def test_micro_batches_of_one_optimizer_step_pack_the_weights_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside `packed_once` (the learner's micro-batch loop) the trained weights are packed once for
+    every pass, and the gradients still reach them; after an optimizer step they are packed anew."""
+    from trainers.grpo.learn import packed_linear
+
+    made: list[Any] = []
+
+    class Counted(packed_linear.PackedProjections):
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(packed_linear, "PackedProjections", Counted)
+    model = tiny(arch="llama")
+    batch = make_batch(model.config.vocab_size, groups=2, group_size=3, seed=2)
+    halves = [batch.select(torch.arange(i, len(batch), 2)) for i in range(2)]
+    run = functools.partial(completion_logps, chunk_tokens=16)
+    with packed_linear.packed_once():
+        for half in halves:
+            logp, _ = run(model, half, 1.0)
+            logp[half.loss_mask].sum().backward()
+        with torch.no_grad():
+            run(model, halves[0], 1.0)
+    assert len(made) == 2  # one with autograd for both halves' passes, one without for the no-grad pass
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.add_(0.01)  # what an optimizer step does
+    with packed_linear.packed_once():
+        run(model, halves[0], 1.0)
+    assert len(made) == 3

@@ -23,6 +23,7 @@ from trainers.grpo.data.batch import TrainBatch
 from trainers.grpo.data.microbatch import micro_batches
 from trainers.grpo.dist.ranks import Dist
 from trainers.grpo.learn.logprobs import completion_logps
+from trainers.grpo.learn.packed_linear import packed_once
 from trainers.grpo.learn.policy import Policy
 
 
@@ -138,7 +139,7 @@ class Learner:
             parts = [p.to(device) for p in micro_batches(batch, self.cfg.micro_batch_tokens)]
         real = len(parts)
         parts = self._even(parts)
-        with torch.no_grad():
+        with torch.no_grad(), packed_once():
             for i, part in enumerate(parts):
                 sub = batch.select(part)
                 lp, _ = completion_logps(model, sub, self.cfg.temperature, with_entropy=False,
@@ -170,12 +171,13 @@ class Learner:
         parts = self._parts(plan, gen)
         real = len(parts)
         parts = self._even(parts)
-        for i, part in enumerate(parts):
-            # The sampler's logprobs are at temperature 1 (the raw log-softmax): comparable only then.
-            m = self._micro_batch(plan, part, old, ref, last=i == len(parts) - 1, first=it == 0,
-                                  measure=it == 0 and cfg.temperature == 1.0, pad=i >= real)
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
+        with packed_once():  # no weight changes until the optimizer steps below
+            for i, part in enumerate(parts):
+                # The sampler's logprobs are at temperature 1 (the raw log-softmax): comparable only then.
+                m = self._micro_batch(plan, part, old, ref, last=i == len(parts) - 1, first=it == 0,
+                                      measure=it == 0 and cfg.temperature == 1.0, pad=i >= real)
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) / cfg.num_iterations
         gn = policy.clip_grad_norm(cfg.max_grad_norm)
         self.on_commit()  # from here on the step is finished, not abandoned
         with self.updating():
