@@ -9,7 +9,8 @@ Baseline (default). The model is evaluated on the evaluation split of ``arithmet
 environments on which it scores above zero (``reverse-text``: a dense character-overlap
 reward; ``doublecheck``: arithmetic with a challenge turn). Per environment: pass@1 and pass@4
 (a sample passes at reward 1), the mean reward, greedy accuracy (one sample at temperature 0),
-the share of samples cut at ``max_tokens`` and completion tokens/s. Each is measured twice: through
+the share of samples cut at ``max_tokens`` (and of those, the share that end repeating one block,
+``cut_looping``: replies a larger ``max_tokens`` would not finish) and completion tokens/s. Each is measured twice: through
 ``vf-serve`` (a server process on 127.0.0.1, the official ``openai`` client) and through the
 in-process engine (the same engine, no socket); the two should agree within sampling noise
 (``agree``: pass@1 within three standard errors of their difference, greedy within 3 of 100).
@@ -151,9 +152,29 @@ def answer_figures(results: list[Any]) -> dict[str, float | None]:
     answered = [r for r in results if not r.is_truncated and readable(r)]
     right = sum(r.reward >= 1.0 for r in answered)
     boxed = sum("\\boxed" in (t := reply_text(r.completion)) and extract_boxed_answer(t) != t for r in results)
-    return {"cut": round(sum(r.is_truncated for r in results) / n, 4), "answered": round(len(answered) / n, 4),
+    cut = [r for r in results if r.is_truncated]
+    return {"cut": round(len(cut) / n, 4), "answered": round(len(answered) / n, 4),
             "accuracy_answered": round(right / len(answered), 4) if answered else None,
-            "boxed": round(boxed / n, 4)}
+            "boxed": round(boxed / n, 4),
+            "cut_looping": round(sum(ends_in_a_loop(reply_text(r.completion)) for r in cut) / len(cut), 4) if cut else None}
+
+
+def ends_in_a_loop(text: str, max_period: int = 200, repeats: int = 3, min_chars: int = 60) -> bool:
+    """The reply ends in one block of at most ``max_period`` characters repeated ``repeats`` times or more,
+    over at least ``min_chars`` characters (so a number ending in "000" is not a loop).
+
+    Why: a reply cut at ``max_tokens`` is either one that needed more room or one that repeats itself
+    and would never end. Only the first kind shrinks with a larger ``max_tokens``; ``cut_looping`` (the
+    share of cut replies that loop) tells which one an evaluation's cut share is.
+    """
+    tail = text.rstrip()[-max_period * repeats:]
+    for period in range(1, max_period + 1):
+        span = max(period * repeats, min_chars)
+        if span > len(tail):
+            return False
+        if tail[-span:] == (tail[-period:] * (span // period + 1))[-span:]:
+            return True
+    return False
 
 
 async def evaluate(client: Any, env: Any, examples: int, samples: int, max_tokens: int,

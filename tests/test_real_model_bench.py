@@ -46,7 +46,8 @@ def test_pass1_splits_into_answered_and_accuracy_among_answered(bench: Any) -> N
         reply("It is five.<|im_end|>", 0.0),
     ]
     figures = bench.answer_figures(results)
-    assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4), "boxed": 0.4}
+    assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4), "boxed": 0.4,
+                       "cut_looping": 0.0}
     assert bench.answer_figures([reply("no", 0.0)])["accuracy_answered"] is None
 
 
@@ -73,7 +74,7 @@ def test_an_environment_s_own_answered_metric_decides_what_was_answered(bench: A
     untagged = reply("5", 0.0)  # a bare number, but reasoning-gym asked for <answer> tags
     untagged.metrics["answered"] = 0.0
     assert bench.answer_figures([tagged, untagged]) == {"cut": 0.0, "answered": 0.5, "accuracy_answered": 1.0,
-                                                        "boxed": 0.0}
+                                                        "boxed": 0.0, "cut_looping": None}
     assert [kw["dataset"] for _, kw in bench.reasoning_gym_envs("chain_sum,leg_counting")] == ["chain_sum",
                                                                                                 "leg_counting"]
 
@@ -94,3 +95,14 @@ async def test_on_a_terminal_the_progress_line_is_redrawn_in_place_and_ended_wit
     assert len(shown) >= 3 and all(text.startswith("\r  sampling: ") for text, _ in shown)
     assert {end for _, end in shown[:-1]} == {""} and shown[-1][1] == "\n"  # redrawn, then ended
     assert shown[-1][0].startswith("\r  sampling: 1/10 rollouts")
+
+
+def test_cut_replies_that_repeat_themselves_are_told_from_those_that_needed_more_room(bench: Any) -> None:
+    loop = "2 + 3 is the sum. " + "We add 2 and 3 to get the sum of 2 and 3. " * 12
+    assert bench.ends_in_a_loop(loop) and bench.ends_in_a_loop("ababab" * 40 + "ab")
+    assert not bench.ends_in_a_loop("Let me think step by step about 2 + 3. First, two is a number, then")
+    assert not bench.ends_in_a_loop("aa")  # too short to say
+    assert not bench.ends_in_a_loop("The population grew from 12,000 to 1,000,000")  # zeros, not a loop
+    results = [reply(loop, 0.0, cut=True), reply("Let me think step by step about 2 + 3. First", 0.0, cut=True),
+               reply("5", 1.0)]
+    assert bench.answer_figures(results)["cut_looping"] == 0.5
