@@ -284,3 +284,13 @@ def test_micro_batches_of_one_optimizer_step_pack_the_weights_once(monkeypatch: 
     with packed_linear.packed_once():
         run(model, halves[0], 1.0)
     assert len(made) == 3
+
+
+def test_the_banner_names_the_learner_forward_and_why_not_the_plain_one() -> None:
+    """vf-train's start-up line says which forward the learner runs (a LoRA run on the fast path, or why not)."""
+    from trainers.grpo.learn.logprobs import learner_forward
+
+    assert learner_forward(tiny(arch="llama")) == "plain ops"
+    assert learner_forward(tiny(arch="llama"), autocast=True) == "transformers' (autocast)"
+    assert learner_forward(_lora_everywhere(tiny(arch="llama"))) == "plain ops + LoRA updates"
+    assert learner_forward(_dora(tiny(arch="llama"))).startswith("transformers' (layer 0 has a projection")

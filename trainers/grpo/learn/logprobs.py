@@ -145,6 +145,15 @@ def _run(model: Any, decoder: nn.Module, **inputs: Any) -> tuple[Tensor, Any]:
     return seen[-1], out
 
 
+def learner_forward(model: Any, autocast: bool = False) -> str:
+    """Which forward the learner runs on ``model``, and why not the plain one (the start-up banner says it)."""
+    lm = _causal_lm(model)
+    reason = "autocast" if autocast else plain_forward.why_not(model, lm)
+    if reason is not None:
+        return f"transformers' ({reason})"
+    return "plain ops + LoRA updates" if model is not lm else "plain ops"
+
+
 def _checkpointing(model: Any, lm: nn.Module) -> bool:
     """Gradient checkpointing in effect (it switches the KV cache off, so prompts cannot be shared).
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainers.grpo.algo.algorithms import AlgorithmPreset
 from trainers.grpo.dist.ranks import Dist
+from trainers.grpo.learn.logprobs import learner_forward
 from trainers.grpo.learn.policy import Policy
 from trainers.grpo.run.reporting import plot_curves, samples_table
 from trainers.grpo.run.watch import RunWatch, format_loss
@@ -103,6 +104,9 @@ class RunDisplay:
             **({"torch threads": self.threads} if self.threads and policy.device.type == "cpu" else {}),
             **({"allocator": self.malloc} if self.malloc and policy.device.type == "cpu" else {}),
             "dtype": precision,
+            # CPU autocast keeps transformers' forward (oneDNN's packed products are float32 only)
+            "learner forward": learner_forward(policy.model, autocast=self.cfg.mixed_precision != "no"
+                                               and policy.device.type == "cpu"),
             "parameters": f"{total:,}" + (f" ({trainable:,} trained)" if trainable != total else ""),
             **({"sharding": sharding(policy)} if policy.sharded else {}),
             "environment": f"{self.cfg.env_id} ({num_prompts} training prompts)",
