@@ -11,7 +11,7 @@ does, so the adapter weights get peft's gradients (``tests/trainers/test_plain_f
 
 Reproduced: vanilla LoRA on any of the attention and MLP projections, several active adapters,
 dropout, merged or disabled adapters (the base weight alone, as peft runs them). Left to peft's own
-forward (`projection_ok` refuses, the learner says nothing and runs transformers' forward): LoRA
+forward (`projection_ok` refuses; vf-train's start-up line names the reason): LoRA
 variants (DoRA and the others peft keeps in ``lora_variant``), an adapted head or embedding, a base
 layer that is not a plain ``nn.Linear``, hooks, and a wrapper around the PEFT model (DDP, whose own
 forward must run for its gradient synchronisation).
