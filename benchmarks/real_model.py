@@ -156,7 +156,8 @@ def answer_figures(results: list[Any]) -> dict[str, float | None]:
     return {"cut": round(len(cut) / n, 4), "answered": round(len(answered) / n, 4),
             "accuracy_answered": round(right / len(answered), 4) if answered else None,
             "boxed": round(boxed / n, 4),
-            "cut_looping": round(sum(ends_in_a_loop(reply_text(r.completion)) for r in cut) / len(cut), 4) if cut else None}
+            "cut_looping": round(sum(ends_in_a_loop(reply_text(r.completion)) for r in cut) / len(cut), 4) if cut else None,
+            "cut_tails": [reply_text(r.completion)[-160:] for r in cut[:3]]}  # what a cut reply was doing
 
 
 def ends_in_a_loop(text: str, max_period: int = 200, repeats: int = 3, min_chars: int = 60) -> bool:

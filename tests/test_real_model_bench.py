@@ -47,7 +47,7 @@ def test_pass1_splits_into_answered_and_accuracy_among_answered(bench: Any) -> N
     ]
     figures = bench.answer_figures(results)
     assert figures == {"cut": 0.2, "answered": 0.6, "accuracy_answered": round(2 / 3, 4), "boxed": 0.4,
-                       "cut_looping": 0.0}
+                       "cut_looping": 0.0, "cut_tails": ["Let me think step by step about 2 + 3. First"]}
     assert bench.answer_figures([reply("no", 0.0)])["accuracy_answered"] is None
 
 
@@ -74,7 +74,7 @@ def test_an_environment_s_own_answered_metric_decides_what_was_answered(bench: A
     untagged = reply("5", 0.0)  # a bare number, but reasoning-gym asked for <answer> tags
     untagged.metrics["answered"] = 0.0
     assert bench.answer_figures([tagged, untagged]) == {"cut": 0.0, "answered": 0.5, "accuracy_answered": 1.0,
-                                                        "boxed": 0.0, "cut_looping": None}
+                                                        "boxed": 0.0, "cut_looping": None, "cut_tails": []}
     assert [kw["dataset"] for _, kw in bench.reasoning_gym_envs("chain_sum,leg_counting")] == ["chain_sum",
                                                                                                 "leg_counting"]
 
