@@ -9,8 +9,8 @@ Baseline (default). The model is evaluated on the evaluation split of ``arithmet
 environments on which it scores above zero (``reverse-text``: a dense character-overlap
 reward; ``doublecheck``: arithmetic with a challenge turn). Per environment: pass@1 and pass@4
 (a sample passes at reward 1), the mean reward, greedy accuracy (one sample at temperature 0),
-the share of samples cut at ``max_tokens`` (and of those, the share that end repeating one block,
-``cut_looping``: replies a larger ``max_tokens`` would not finish) and completion tokens/s. Each is measured twice: through
+the share of samples cut at ``max_tokens`` (of those, the share that end repeating one block,
+``cut_looping``, and the ends of up to three, ``cut_tails``) and completion tokens/s. Each is measured twice: through
 ``vf-serve`` (a server process on 127.0.0.1, the official ``openai`` client) and through the
 in-process engine (the same engine, no socket); the two should agree within sampling noise
 (``agree``: pass@1 within three standard errors of their difference, greedy within 3 of 100).
@@ -164,9 +164,9 @@ def ends_in_a_loop(text: str, max_period: int = 200, repeats: int = 3, min_chars
     """The reply ends in one block of at most ``max_period`` characters repeated ``repeats`` times or more,
     over at least ``min_chars`` characters (so a number ending in "000" is not a loop).
 
-    Why: a reply cut at ``max_tokens`` is either one that needed more room or one that repeats itself
-    and would never end. Only the first kind shrinks with a larger ``max_tokens``; ``cut_looping`` (the
-    share of cut replies that loop) tells which one an evaluation's cut share is.
+    Why: a larger ``max_tokens`` only finishes the cut replies that needed more room; one that repeats
+    itself never ends. ``cut_looping`` counts those, and ``cut_tails`` shows the rest (the untrained
+    SmolLM2's were neither: gibberish it drifted into at temperature 1.0, which no limit ends either).
     """
     tail = text.rstrip()[-max_period * repeats:]
     for period in range(1, max_period + 1):
