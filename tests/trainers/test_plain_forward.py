@@ -277,13 +277,15 @@ def test_micro_batches_of_one_optimizer_step_pack_the_weights_once(monkeypatch: 
             logp[half.loss_mask].sum().backward()
         with torch.no_grad():
             run(model, halves[0], 1.0)
-    assert len(made) == 2  # one with autograd for both halves' passes, one without for the no-grad pass
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
-    with torch.no_grad():
-        model.model.layers[0].mlp.down_proj.weight.add_(0.01)  # what an optimizer step does
-    with packed_linear.packed_once():
+        assert len(made) == 2  # one with autograd for both halves' passes, one without for the no-grad pass
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters() if p.requires_grad)
+        with torch.no_grad():
+            model.model.layers[0].mlp.down_proj.weight.add_(0.01)  # a weight written: the packing no longer fits
         run(model, halves[0], 1.0)
-    assert len(made) == 3
+        assert len(made) == 3
+    with packed_linear.packed_once():  # a new step packs anew
+        run(model, halves[0], 1.0)
+    assert len(made) == 4
 
 
 def test_the_banner_names_the_learner_forward_and_why_not_the_plain_one() -> None:
