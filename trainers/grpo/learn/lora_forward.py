@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from verifiers.inference.engine.projections import ModuleProjections, Projections
+from verifiers.inference.engine.projections import ModuleProjections, Projections, swiglu
 
 
 def _lora_linear_type() -> type | None:
@@ -133,10 +133,7 @@ class LoraProjections:
         return _add(self.base.o(layer, x), self.layers[layer]["o_proj"], x)
 
     def mlp(self, layer: int, x: Any) -> Any:
-        import torch.nn.functional as F
-
-        gate, up = self.gate_up(layer, x)
-        return self.down(layer, F.silu(gate) * up)
+        return swiglu(self, layer, x)
 
     def gate_up(self, layer: int, x: Any) -> tuple[Any, Any]:
         u = self.layers[layer]

@@ -45,6 +45,14 @@ class Projections(Protocol):
     def head(self, x: Any) -> Any: ...
 
 
+def swiglu(proj: Projections, layer: int, x: Any) -> Any:
+    """A layer's MLP from its projections' halves: ``down(silu(gate(x)) * up(x))`` (every `Projections` shares it)."""
+    import torch.nn.functional as F
+
+    gate, up = proj.gate_up(layer, x)
+    return proj.down(layer, F.silu(gate) * up)
+
+
 class ModuleProjections:
     """``F.linear`` of each module's current weight (autograd-capable, always up to date)."""
 
@@ -60,10 +68,7 @@ class ModuleProjections:
         return _linear(x, self.layers[layer].self_attn.o_proj)
 
     def mlp(self, layer: int, x: Any) -> Any:
-        import torch.nn.functional as F
-
-        gate, up = self.gate_up(layer, x)
-        return self.down(layer, F.silu(gate) * up)
+        return swiglu(self, layer, x)
 
     def gate_up(self, layer: int, x: Any) -> tuple[Any, Any]:
         m = self.layers[layer].mlp
@@ -142,10 +147,7 @@ class PackedProjections:
         return self.layers[layer].o.apply(x)
 
     def mlp(self, layer: int, x: Any) -> Any:
-        import torch.nn.functional as F
-
-        gate, up = self.gate_up(layer, x)
-        return self.down(layer, F.silu(gate) * up)
+        return swiglu(self, layer, x)
 
     def gate_up(self, layer: int, x: Any) -> tuple[Any, Any]:
         p = self.layers[layer]
