@@ -120,6 +120,17 @@ def run(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float = 420) 
         return code, out.read()
 
 
+def launch_failure(output: str) -> str:
+    """What the ranks printed before the launcher's own report, then which rank failed and how.
+
+    The launcher prints its traceback twice at the end; a plain tail shows only that, hiding
+    the step a rank reached and its last words (a CI failure must be readable from its log)."""
+    cut = min((i for i in (output.find("torch.distributed.elastic"), output.find("Sending process")) if i >= 0),
+              default=len(output))
+    root = output[output.find("Root Cause"):][:600] if "Root Cause" in output else ""
+    return f"{output[:cut][-4000:]}\n--- launcher ---\n{root}"
+
+
 def two_processes(config: Path, args: list[str], env: dict[str, str], log: Path) -> tuple[int, str]:
     """``accelerate launch --cpu --num_processes 2 -m trainers.grpo.cli CONFIG ...``, as a user types it."""
     return run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
@@ -189,7 +200,7 @@ def test_two_processes_start_one_managed_server_and_sync_it_every_step(
     config = tmp_path / "run.toml"
     config.write_text(settings(out, log, shipped["tiny_model"], shipped["vllm"]))
     code, output = two_processes(config, ["--max_steps", str(steps)], child_env(env_dir), tmp_path / "launch.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
     rows = metrics(out)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     assert_synced(rows, ranks=2, servers=1)
@@ -266,7 +277,7 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
 
     code, output = two_processes(config, [*args, "--weight_sync", "lora", "--max_steps", "2"], env,
                                  tmp_path / "a.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2]
     assert_synced(rows, ranks=2, servers=2)  # sync/replica_max_diff == 0.0: adapters equal on both ranks
@@ -281,10 +292,10 @@ def test_lora_two_processes_push_the_adapter_to_every_replica_then_resume_merged
 
     code, output = one_process(config, [*args, "--weight_sync", "lora", "--max_steps", "3", "--resume"], env,
                                tmp_path / "b.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
     code, output = two_processes(config, [*args, "--weight_sync", "reload", "--max_steps", "4", "--resume"], env,
                                  tmp_path / "c.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # nothing lost, nothing twice
     assert_synced(rows[2:3], ranks=1, servers=2)
@@ -308,13 +319,13 @@ def test_two_external_servers_and_resume_with_another_number_of_processes(
     args = ["--model", str(model), "--base_url", urls]
 
     code, output = two_processes(config, [*args, "--max_steps", "2"], env, tmp_path / "a.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
     first = scored(log)
     assert_whole_disjoint_groups(first, 2)
     code, output = one_process(config, [*args, "--max_steps", "3", "--resume"], env, tmp_path / "b.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
     code, output = two_processes(config, [*args, "--max_steps", "4", "--resume"], env, tmp_path / "c.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, launch_failure(output)
 
     rows = metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # nothing lost, nothing twice

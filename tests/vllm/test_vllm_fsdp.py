@@ -44,7 +44,7 @@ def test_two_sharded_processes_sync_one_managed_server_every_step(
            "--main_process_port", str(ddp.free_port()), "-m", "trainers.grpo.cli", str(config),
            "--max_steps", str(steps), *ddp.QUIET]
     code, output = ddp.run(cmd, ddp.child_env(env_dir), tmp_path / "launch.log")
-    assert code == 0, output[-5000:]
+    assert code == 0, ddp.launch_failure(output)
     assert "FSDP2 (fully_shard)" in output, output[-3000:]
     rows = ddp.metrics(out)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))

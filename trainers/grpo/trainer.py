@@ -184,6 +184,8 @@ class GRPOTrainer:
             with contextlib.suppress(Exception):
                 self.sync.close()
         self.servers.stop()
+        if getattr(self, "policy", None) is not None:
+            self.policy.release_process_group()
         self.dist.close()
 
     def _train(self, resume: str | bool) -> TrainSummary:

@@ -96,6 +96,20 @@ class Policy:
         """The transformers (or peft) model inside any DDP wrapper."""
         return self.accelerator.unwrap_model(self.model)
 
+    def release_process_group(self) -> None:
+        """Drop every hold on the process group before it is destroyed (end of a multi-process run).
+
+        The DDP wrapper's reducer keeps the gloo group alive after ``destroy_process_group``;
+        left to interpreter shutdown, its worker threads are torn down with the interpreter and a
+        rank can abort ("terminate called without an active exception", SIGABRT) after a run
+        that succeeded. Unwrapped here, and accelerate's own list of prepared objects cleared,
+        the wrapper is collected while Python still runs. The unwrapped model stays usable.
+        """
+        if self.sharded or not self.dist.active:
+            return
+        self.model = self.unwrapped()
+        self.accelerator.free_memory()  # accelerate's references to the wrapper, then a gc pass
+
     @contextlib.contextmanager
     def reference(self, updating: Callable[[], contextlib.AbstractContextManager[Any]]) -> Iterator[Any]:
         """The reference model; with LoRA the policy with its adapters off, under ``updating``."""
