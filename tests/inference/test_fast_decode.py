@@ -131,3 +131,64 @@ def test_other_architectures_are_refused() -> None:
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=2))
     assert "GPT2LMHeadModel is not one of" in (why_not(model) or "")
+
+
+def _lora(model: Any, **extra: Any) -> Any:
+    """``model`` under peft LoRA adapters on every projection, B made non-zero (a trained adapter)."""
+    peft = pytest.importorskip("peft")
+    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], **extra)
+    lora = peft.get_peft_model(model, config)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.2)
+    return lora.eval()
+
+
+def _greedy(engine: InferenceEngine, tok: Any) -> list[tuple[list[int], list[float]]]:
+    return asyncio.run(_workload(engine, tok))
+
+
+def _same(got: list[tuple[list[int], list[float]]], want: list[tuple[list[int], list[float]]]) -> None:
+    for (ids, lps), (want_ids, want_lps) in zip(got, want, strict=True):
+        assert ids == want_ids
+        assert lps == pytest.approx(want_lps, abs=2e-5)
+
+
+def test_a_lora_model_decodes_on_the_fast_path_with_peft_s_results() -> None:
+    """A LoRA run's policy (a peft model) samples what peft's own forward gives, adapters trained in
+    place between requests included, and with the adapters switched off, the base model's."""
+    model, tok = _model("llama")
+    lora = _lora(model)
+    assert why_not(lora) is None
+    with InferenceEngine(lora, tok, fast_decode=False) as reference:
+        want = _greedy(reference, tok)
+    for kw in ({}, {"packed_weights": False}):
+        with InferenceEngine(lora, tok, **kw) as engine:
+            fast = engine._decoder.fast
+            assert fast is not None and fast.lora and fast.model is model
+            _same(_greedy(engine, tok), want)
+    with InferenceEngine(lora, tok) as engine:
+        with torch.no_grad():  # a training step writes the adapters in place; the engine sees it at once
+            for name, p in lora.named_parameters():
+                if "lora_A" in name:
+                    p.mul_(-1.5)
+        moved = _greedy(engine, tok)
+        with lora.disable_adapter():
+            engine.bump_version()
+            base = _greedy(engine, tok)
+    with InferenceEngine(lora, tok, fast_decode=False) as reference:
+        _same(moved, _greedy(reference, tok))
+    assert [ids for ids, _ in moved] != [ids for ids, _ in want]
+    with InferenceEngine(model, tok, fast_decode=False) as reference, lora.disable_adapter():
+        _same(base, _greedy(reference, tok))
+
+
+def test_lora_variants_keep_peft_s_forward() -> None:
+    model, tok = _model("llama")
+    dora = _lora(model, use_dora=True)
+    assert "plain nn.Linear" in (why_not(dora) or "")
+    with InferenceEngine(dora, tok) as engine:
+        assert engine._decoder.fast is None

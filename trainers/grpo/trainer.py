@@ -184,9 +184,7 @@ class GRPOTrainer:
             with contextlib.suppress(Exception):
                 self.sync.close()
         self.servers.stop()
-        if getattr(self, "policy", None) is not None:
-            self.policy.release_process_group()
-        self.dist.close()
+        self.dist.close(getattr(self, "policy", None))  # the policy's DDP wrapper is let go first
 
     def _train(self, resume: str | bool) -> TrainSummary:
         cfg = self.cfg

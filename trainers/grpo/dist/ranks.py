@@ -178,9 +178,16 @@ class Dist:
             shift += int(pg.max()) + 1 if len(pg) else 0
         return torch.cat(all_r).to(rewards.device), torch.cat(all_g).to(group_ids.device), offset
 
-    def close(self) -> None:
-        """Leave the process group at the end of the run (a clean exit, no warnings at shutdown)."""
+    def close(self, *holders: Any) -> None:
+        """Leave the process group at the end of the run (a clean exit, no warnings at shutdown).
+
+        ``holders`` (the policy; None is skipped) first let go of what keeps the group alive past its
+        destruction (`trainers.grpo.learn.policy.Policy.release_process_group`).
+        """
         if self.active and torch.distributed.is_initialized():
+            for holder in holders:
+                if holder is not None:
+                    holder.release_process_group()
             torch.distributed.destroy_process_group()
 
 

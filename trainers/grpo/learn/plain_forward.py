@@ -12,7 +12,7 @@ pass and reused by the completion pass. The decoding step's checks
 (`verifiers.inference.engine.fast_decode.why_not`: architecture, float32, CPU, plain ``nn.Linear``
 projections, no hooks) decide where it applies, and the learner also keeps transformers' forward
 for wrapped models (DDP, PEFT other than LoRA), gradient checkpointing and autocast; a peft LoRA model runs
-here too, its updates added to the base products (`trainers.grpo.learn.lora_forward`). Log-probabilities and every
+here too, its updates added to the base products (`verifiers.inference.engine.lora`). Log-probabilities and every
 parameter's gradient match transformers' to float32 rounding (``tests/trainers/test_plain_forward.py``
 for Llama, Qwen2 and Qwen3; ``test_logprobs_memory.py`` against the full-logits path).
 
@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainers.grpo.learn.lora_forward import is_lora_model_of, projection_ok, with_lora
 from trainers.grpo.learn.packed_linear import learner_projections
 from verifiers.inference.engine.fast_decode import forward_tokens
 from verifiers.inference.engine.fast_decode import why_not as decoder_why_not
+from verifiers.inference.engine.lora import is_lora_model_of, projection_ok, with_lora
 from verifiers.inference.engine.projections import Projections
 
 
@@ -63,7 +63,7 @@ class PlainOutput:
 def why_not(model: Any, lm: Any) -> str | None:
     """Why the plain forward cannot stand in for ``model``'s (``lm``: the transformers model inside).
 
-    A peft LoRA model is reproduced (`trainers.grpo.learn.lora_forward`); any other wrapper runs its own forward.
+    A peft LoRA model is reproduced (`verifiers.inference.engine.lora`); any other wrapper runs its own forward.
     """
     if model is not lm and not is_lora_model_of(model, lm):
         return f"{type(model).__name__} wraps the model (DDP, or PEFT other than LoRA): its own forward runs"

@@ -105,7 +105,7 @@ class Policy:
         that succeeded. Unwrapped here, and accelerate's own list of prepared objects cleared,
         the wrapper is collected while Python still runs. The unwrapped model stays usable.
         """
-        if self.sharded or not self.dist.active:
+        if self.sharded:
             return
         self.model = self.unwrapped()
         self.accelerator.free_memory()  # accelerate's references to the wrapper, then a gc pass

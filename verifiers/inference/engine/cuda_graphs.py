@@ -40,6 +40,8 @@ def why_not(fast: FastDecoder | None, device: Any) -> str | None:
 
     if fast is None:
         return "transformers' forward runs (graphs capture the engine's own step only)"
+    if fast.lora:
+        return "LoRA adapters (a captured graph would keep the adapters' state of its capture)"
     if getattr(device, "type", str(device)) != "cuda":
         return "not on a CUDA device"
     if not torch.cuda.is_available():

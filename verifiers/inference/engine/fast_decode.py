@@ -15,11 +15,14 @@ straight into the prompts' slots.
 
 The packed copy is rebuilt whenever the weights may have changed (see `FastDecoder`), so an
 update the trainer makes under the engine's pause (or a model shared with the learner) is used
-by the next step. `why_not` refuses anything whose forward this
-would not reproduce: other architectures, sliding-window layers, LoRA-wrapped or quantized
-projections (their forward is not ``F.linear`` of a weight), hooks, float16/bfloat16 weights and
-non-CPU devices; the engine then keeps transformers' forward. Outputs match it to float32
-rounding (tests compare logits and greedy tokens for Llama, Qwen2 and Qwen3).
+by the next step. A peft LoRA model (a LoRA run's policy) decodes here too: its base model's
+step with each active adapter's low-rank update added to its projection's product
+(`verifiers.inference.engine.lora`).
+`why_not` refuses anything whose forward this would not reproduce: other architectures,
+sliding-window layers, quantized projections or LoRA variants (DoRA and the like), hooks,
+float16/bfloat16 weights and non-CPU devices; the engine then keeps transformers' forward.
+Outputs match it to float32 rounding (tests compare logits and greedy tokens for Llama, Qwen2
+and Qwen3, and a LoRA model's).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from verifiers.inference.engine.lora import lora_base, with_lora
+from verifiers.inference.engine.lora import projection_ok as lora_projection_ok
 from verifiers.inference.engine.projections import ModuleProjections, PackedProjections, Projections
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -47,11 +52,15 @@ def why_not(model: Any, projection_ok: Callable[[Any], bool] | None = None) -> s
     """Why `FastDecoder` cannot stand in for ``model``'s forward, or None when it can.
 
     ``projection_ok`` judges each attention and MLP projection (default: a plain ``nn.Linear``
-    without hooks); the learner passes one that also accepts the LoRA layers it reproduces.
+    without hooks); the learner passes one that also accepts the LoRA layers it reproduces. A peft
+    LoRA model is judged by its base model with those LoRA layers accepted (`verifiers.inference.engine.lora`).
     """
     import torch
     from torch import nn
 
+    base = lora_base(model)
+    if base is not None:
+        return why_not(base, projection_ok or lora_projection_ok)
     name = type(model).__name__
     if name not in ARCHITECTURES:
         return f"{name} is not one of {', '.join(ARCHITECTURES)}"
@@ -102,6 +111,10 @@ class FastDecoder:
     """
 
     def __init__(self, model: Any, *, packed: bool = True) -> None:
+        base = lora_base(model)
+        # A peft LoRA model runs as its base model's step with the adapters' updates added (`projections`).
+        self.lora = base is not None
+        model = base if base is not None else model
         cfg = model.config
         self.model = model
         self.heads = int(cfg.num_attention_heads)
@@ -122,16 +135,22 @@ class FastDecoder:
         self._packed = None
 
     def projections(self) -> Projections:
-        """The packed projections, repacked first if the weights changed; the modules' own without packing."""
+        """The packed projections, repacked first if the weights changed; the modules' own without
+        packing; with a LoRA model's active adapters' updates added."""
         import torch
 
         # Under CPU autocast the products must be F.linear's (autocast's bf16 casts; oneDNN's packed
         # float32 primitive refuses bf16 inputs).
         if self.pack_reason is not None or torch.is_autocast_enabled("cpu"):
-            return self._plain
-        if self._packed is None or not self._packed.fits(self.model):
-            self._packed = PackedProjections(self.model)
-        return self._packed
+            base: Projections = self._plain
+        else:
+            if self._packed is None or not self._packed.fits(self.model):
+                self._packed = PackedProjections(self.model)
+            base = self._packed
+        # The adapters as they are now (active, disabled, merged), read at every step: a merge writes
+        # the base weights through ``.data``, which `fits` cannot see, so it must happen while the
+        # engine is paused (whose end calls `weights_changed`), as the trainer's merges do.
+        return (with_lora(base, self.model) or base) if self.lora else base
 
     def __call__(self, input_ids: Any, position_ids: Any, attn: Any, kv: Any) -> Any:
         """Logits ``[rows, vocab]`` for ``input_ids [rows]`` at ``position_ids [rows]``.

@@ -1,4 +1,5 @@
-"""LoRA on the learner's plain forward: peft's low-rank updates added to the base projections' products.
+"""LoRA on the plain forward (the learner's and the engine's): peft's low-rank updates added to the base
+projections' products.
 
 Why: a peft-wrapped model used to leave the plain forward for transformers' own, because its
 projections are peft ``lora.Linear`` layers rather than plain ``nn.Linear`` ones, so a LoRA step paid
@@ -7,7 +8,10 @@ float32 ``F.linear`` for the frozen base weights, which are most of its arithmet
 projections run as a full fine-tune's do (oneDNN products of packed weights; frozen, so only the
 input's gradient is computed through them), and each adapted projection adds
 ``lora_B(lora_A(dropout(x))) * scaling`` for each active adapter, as ``peft.tuners.lora.Linear.forward``
-does, so the adapter weights get peft's gradients (``tests/trainers/test_plain_forward.py``).
+does, so the adapter weights get peft's gradients (``tests/trainers/test_plain_forward.py``). The
+engine's decoding step and prefill (`verifiers.inference.engine.fast_decode.FastDecoder`) run the same
+sum without autograd, so a LoRA run samples from its model without transformers' forward either
+(``tests/inference/test_fast_decode.py``).
 
 Reproduced: vanilla LoRA on any of the attention and MLP projections, several active adapters,
 dropout, merged or disabled adapters (the base weight alone, as peft runs them). Left to peft's own
@@ -19,12 +23,14 @@ forward must run for its gradient synchronisation).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any
-
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from verifiers.inference.engine.projections import ModuleProjections, Projections, swiglu
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 
 def _lora_linear_type() -> type | None:
@@ -34,6 +40,12 @@ def _lora_linear_type() -> type | None:
     except ImportError:
         return None
     return Linear
+
+
+def _linear_type() -> type:
+    from torch import nn
+
+    return nn.Linear
 
 
 def _no_hooks(module: nn.Module) -> bool:
@@ -53,6 +65,16 @@ def is_lora_model_of(model: Any, lm: Any) -> bool:
     return all(str(getattr(cfg.peft_type, "value", cfg.peft_type)) == "LORA" for cfg in model.peft_config.values())
 
 
+def lora_base(model: Any) -> Any | None:
+    """The transformers model inside ``model`` when ``model`` is a peft LoRA model of it with nothing in
+    between (what the engine decodes in a LoRA run), else None. peft is not imported for it: a peft
+    model cannot exist before peft is."""
+    if "peft" not in sys.modules or not callable(getattr(model, "get_base_model", None)):
+        return None
+    lm = model.get_base_model()
+    return lm if is_lora_model_of(model, lm) else None
+
+
 def _adapters(module: Any) -> list[str]:
     """The adapters whose updates ``module``'s forward adds (none when disabled or merged into the base)."""
     if module.disable_adapters or module.merged:
@@ -62,17 +84,18 @@ def _adapters(module: Any) -> list[str]:
 
 def projection_ok(module: Any) -> bool:
     """A projection the plain forward reproduces: a plain ``nn.Linear``, or a vanilla LoRA layer on one."""
-    if type(module) is nn.Linear:
+    linear = _linear_type()
+    if type(module) is linear:
         return _no_hooks(module)
     lora_linear = _lora_linear_type()
     if lora_linear is None or type(module) is not lora_linear or not _no_hooks(module):
         return False
     base = module.base_layer
-    if type(base) is not nn.Linear or not _no_hooks(base):
+    if type(base) is not linear or not _no_hooks(base):
         return False
     active = _adapters(module)
     return not any(a in module.lora_variant for a in active) and all(
-        type(m) is nn.Linear and _no_hooks(m) for a in active for m in (module.lora_A[a], module.lora_B[a]))
+        type(m) is linear and _no_hooks(m) for a in active for m in (module.lora_A[a], module.lora_B[a]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +112,7 @@ class _Update:
 
 
 def _updates(module: Any) -> list[_Update]:
-    if type(module) is nn.Linear:
+    if type(module) is _linear_type():
         return []
     return [_Update(module.lora_A[a], module.lora_B[a], module.lora_dropout[a], float(module.scaling[a]))
             for a in _adapters(module)]
