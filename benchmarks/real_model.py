@@ -62,15 +62,17 @@ CONFIG = ROOT / "examples" / "configs" / "arithmetic_smollm2.toml"
 DEFAULT_MODEL = "smollm2-135m-instruct"
 SERVED = "smollm2"
 PASS1_TARGET = 0.40
+GAIN_TARGET = 0.2
+"""``--train --config`` of another task: its held-out pass@1 must rise by this much (issue 48)."""
 TRAIN_S_TARGET = 45 * 60
 CUT_TARGET = 0.05
 """At most this share of the evaluations' replies may be cut at ``max_tokens``: a cut reply scores 0,
 so an evaluation that cuts many counts brevity as accuracy."""
 
 
-def config_env() -> tuple[str, dict[str, Any]]:
+def config_env(config: Path = CONFIG) -> tuple[str, dict[str, Any]]:
     """The training config's environment and arguments: the baseline and both evals use exactly these."""
-    cfg = tomllib.loads(CONFIG.read_text())
+    cfg = tomllib.loads(config.read_text())
     return cfg["env_id"], dict(cfg.get("env_args", {}))
 
 
@@ -79,9 +81,10 @@ REASONING_GYM = ("chain_sum", "basic_arithmetic", "leg_counting", "letter_counti
 problems: tasks a 135M model scores above zero on, and one it should not)."""
 
 
-def reasoning_gym_envs(names: str) -> list[tuple[str, dict[str, Any]]]:
+def reasoning_gym_envs(names: str, answer_format: str = "answer_tags") -> list[tuple[str, dict[str, Any]]]:
     """``reasoning-gym`` environments for a comma list of dataset names (each its own held-out split)."""
-    return [("reasoning-gym", {"dataset": n, "size": 200, "num_eval_examples": 100, "seed": 0})
+    return [("reasoning-gym", {"dataset": n, "size": 200, "num_eval_examples": 100, "seed": 0,
+                               "answer_format": answer_format})
             for n in names.split(",") if n]
 
 
@@ -295,12 +298,12 @@ def agree(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def baseline(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = resolve(args.model)
-    env_id, env_args = config_env()
+    env_id, env_args = config_env(args.config)
     specs = [(env_id, env_args)] + ([] if args.only_arithmetic else other_envs())
     examples = 20 if args.quick else args.examples
     others = 20 if args.quick else (args.other_examples or examples)
     envs = {name: load_env(name, kw) for name, kw in specs}
-    for name, kw in reasoning_gym_envs(args.reasoning_gym or ""):
+    for name, kw in reasoning_gym_envs(args.reasoning_gym or "", args.rg_answer_format):
         envs[f"rg:{kw['dataset']}"] = load_env(name, kw)
     check_splits(envs[env_id], env_id)
     out: dict[str, Any] = {"model": str(model_dir), "examples": examples, "other_examples": others,
@@ -339,7 +342,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     from trainers.grpo.trainer import GRPOTrainer
 
     model_dir = resolve(args.model)
-    env_id, env_args = config_env()
+    env_id, env_args = config_env(args.config)
     env = load_env(env_id, env_args)
     check_splits(env, env_id)
     out_dir = Path(args.output_dir or ROOT / "outputs" / "real_model" / f"seed{args.seed}")
@@ -354,7 +357,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(vllm_for_training(model_dir, out_dir, args.max_tokens)) if args.vllm else None
         through = ["--base_url", server.base_url, "--server_model_name", SERVED] if server else []
-        cfg = load_config(CONFIG, ["--model", str(model_dir), "--output_dir", str(out_dir), "--seed", str(args.seed),
+        cfg = load_config(args.config, ["--model", str(model_dir), "--output_dir", str(out_dir), "--seed", str(args.seed),
                                    "--progress", "false", *through, *overrides])
         with contextlib.chdir(ROOT):
             t = time.perf_counter()
@@ -386,7 +389,10 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "reward_first": round(summary.reward_first, 4), "reward_last": round(summary.reward_last, 4),
         "peak_rss_gb": round(peak_rss_gb(), 2), "threads": args.threads, "output_dir": str(out_dir),
         "cut_ok": before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET,
-        "targets_met": (after["pass1"] >= PASS1_TARGET and after["pass1"] > before["pass1"] and train_s <= TRAIN_S_TARGET
+        "pass1_gain": round(after["pass1"] - before["pass1"], 4),
+        # the arithmetic recipe: pass@1 >= 0.40 (issue 38); another task's recipe: a gain >= 0.2 (issue 48)
+        "targets_met": ((after["pass1"] >= PASS1_TARGET if args.config == CONFIG else after["pass1"] - before["pass1"]
+                         >= GAIN_TARGET) and after["pass1"] > before["pass1"] and train_s <= TRAIN_S_TARGET
                         and before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET
                         and (not server or (checks["served_equals_final"] and checks["syncs_verified"] == steps))),
     }
@@ -440,7 +446,12 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="registry name or save_pretrained directory")
-    ap.add_argument("--train", action="store_true", help="before-eval, GRPO, after-eval (arithmetic)")
+    ap.add_argument("--train", action="store_true", help="before-eval, GRPO, after-eval (the config's task)")
+    ap.add_argument("--config", type=Path, default=CONFIG,
+                    help="the recipe whose environment is evaluated and trained (default: arithmetic_smollm2.toml)")
+    ap.add_argument("--rg-answer-format", choices=("answer_tags", "boxed", "number"), default="answer_tags",
+                    help="baseline: the reasoning-gym rows' answer format (boxed: the last \\boxed{}; number: the "
+                         "number math-verify reads, boxed or plain)")
     ap.add_argument("--output_dir", "--output-dir", default=None, help="--train: where the run is kept")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="20 evaluation problems instead of 100")

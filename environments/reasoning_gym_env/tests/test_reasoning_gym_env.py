@@ -43,6 +43,39 @@ def test_each_family_is_scored_by_its_own_scorer_over_http(name: str) -> None:
     assert {r.task for r in out.results} == {name}
 
 
+def test_the_boxed_format_asks_for_and_reads_a_box_and_nothing_else() -> None:
+    env = load_environment(dataset="leg_counting", size=8, num_eval_examples=4, seed=3, answer_format="boxed")
+    assert "\\boxed{}" in env.system_prompt
+    rows = env.eval_dataset.rows
+    boxed = [ScriptedReply(match=re.escape(r["question"][-200:]) + r"\Z", content=content)
+             for r, content in zip(rows, [f"\\boxed{{{rows[0]['answer']}}}", f"<answer>{rows[1]['answer']}</answer>",
+                                          f"Maybe \\boxed{{0}}, no: \\boxed{{ {rows[2]['answer']} }}", "nope"],
+                                   strict=True)]
+    with ScriptedServer(ServerScript(replies=boxed)) as srv:
+        out = env.evaluate(vf.make_client(srv.base_url, max_retries=0), "m", num_examples=4)
+    by_id = dict(zip(out.example_id, out.results, strict=True))
+    # the last box counts; reasoning-gym's tags are not the asked format, so they earn nothing here
+    assert [by_id[i].reward for i in range(4)] == [1.0, 0.0, 1.0, 0.0]
+    assert [by_id[i].metrics["answered"] for i in range(4)] == [1.0, 0.0, 1.0, 0.0]
+    with pytest.raises(ConfigError, match="answer_format must be one of answer_tags, boxed, number"):
+        load_environment(dataset="leg_counting", size=8, answer_format="xml")
+
+
+def test_the_number_format_reads_the_number_a_reader_sees_boxed_or_plain() -> None:
+    env = load_environment(dataset="chain_sum", size=8, num_eval_examples=4, seed=3, answer_format="number")
+    rows = env.eval_dataset.rows
+    wrong = str(int(rows[3]["answer"]) + 1)
+    contents = [f"The sum is {rows[0]['answer']}.", f"\\boxed{{{rows[1]['answer']}}}", "I cannot say.",
+                f"It is {rows[3]['answer']}, no, {wrong}"]
+    replies = [ScriptedReply(match=re.escape(r["question"][-200:]) + r"\Z", content=c)
+               for r, c in zip(rows, contents, strict=True)]
+    with ScriptedServer(ServerScript(replies=replies)) as srv:
+        out = env.evaluate(vf.make_client(srv.base_url, max_retries=0), "m", num_examples=4)
+    by_id = dict(zip(out.example_id, out.results, strict=True))
+    assert [by_id[i].reward for i in range(4)] == [1.0, 1.0, 0.0, 0.0]  # the last number stated counts
+    assert [by_id[i].metrics["answered"] for i in range(4)] == [1.0, 1.0, 0.0, 1.0]
+
+
 def test_a_weighted_mix_is_scored_by_the_dataset_each_problem_came_from() -> None:
     env = load_environment(dataset={"chain_sum": 1, "spell_backward": 3}, size=40, num_eval_examples=8, seed=0)
     tasks = [r["task"] for r in env.dataset.rows]
