@@ -106,3 +106,17 @@ def test_cut_replies_that_repeat_themselves_are_told_from_those_that_needed_more
     results = [reply(loop, 0.0, cut=True), reply("Let me think step by step about 2 + 3. First", 0.0, cut=True),
                reply("5", 1.0)]
     assert bench.answer_figures(results)["cut_looping"] == 0.5
+
+
+def test_another_recipe_s_task_is_evaluated_and_held_to_a_gain(bench: Any, tmp_path: Any) -> None:
+    """``--config RECIPE``: the recipe's environment is what the baseline and both evaluations use, its runs
+    go apart from the arithmetic recipe's, and its target is a held-out gain (the arithmetic one absolute)."""
+
+    recipe = tmp_path / "legs.toml"
+    recipe.write_text('model = "m"\nenv_id = "reasoning-gym"\n'
+                      'env_args = { dataset = "leg_counting", answer_format = "number" }\n')
+    assert bench.config_env(recipe) == ("reasoning-gym", {"dataset": "leg_counting", "answer_format": "number"})
+    assert bench.config_env()[0] == "arithmetic"
+    assert bench.is_default(bench.ROOT / "examples" / "configs" / ".." / "configs" / "arithmetic_smollm2.toml")
+    assert not bench.is_default(recipe)
+    assert bench.GAIN_TARGET == 0.2
