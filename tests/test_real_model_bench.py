@@ -109,9 +109,8 @@ def test_cut_replies_that_repeat_themselves_are_told_from_those_that_needed_more
 
 
 def test_another_recipe_s_task_is_evaluated_and_held_to_a_gain(bench: Any, tmp_path: Any) -> None:
-    """``--config RECIPE``: the recipe's environment is what the baseline and both evaluations use, its runs
-    go apart from the arithmetic recipe's, and its target is a held-out gain (the arithmetic one absolute)."""
-
+    """``--config RECIPE``: the recipe's environment is what the baseline and both evaluations use, and its
+    target is a held-out gain (the arithmetic recipe's, however its path is spelled, an absolute pass@1)."""
     recipe = tmp_path / "legs.toml"
     recipe.write_text('model = "m"\nenv_id = "reasoning-gym"\n'
                       'env_args = { dataset = "leg_counting", answer_format = "number" }\n')
