@@ -16,7 +16,7 @@ for the answer inside ``<answer>...</answer>``), and the reward is the generatin
 datasets whose answers are numbers) asks for a boxed number and reads the number math-verify finds
 in the reply, boxed or in plain prose, as the ``arithmetic`` environment grades: a small instruction
 model writes neither reasoning-gym's tags nor boxes (SmolLM2-135M-Instruct: 0 of 720 replies with
-tags on six datasets; 2 of 200 with a box on ``chain_sum``) but does state numbers, so its skill can
+tags on six datasets; 1 of 200 with a box on ``chain_sum`` when asked for one) but does state numbers, so its skill can
 be measured and trained apart from a markup it would first have to learn. The scorer is still the
 dataset's own ``score_answer``, given the answer each format reads.
 
