@@ -27,8 +27,6 @@ when freed), so RSS tracks the live tensors rather than glibc's retained heap. T
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -78,8 +76,9 @@ class RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        from trainers.grpo.dist.heap import give_back_freed_memory
+
+        give_back_freed_memory()
         self._thread.start()
 
     def _run(self) -> None:

@@ -87,7 +87,6 @@ The LAST stdout line is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -283,21 +282,6 @@ def our_config(work: dict[str, Any], model_dir: Path, out_dir: Path) -> Any:
         plot=False,
         progress=False,
     )
-
-
-def release_memory() -> None:
-    """Our finished side's memory back to the kernel before the next side runs.
-
-    Our trainer runs in this process and raises glibc's trim threshold (`retain_freed_memory`), so what
-    it freed stayed resident: after our 128-token real-model steps this process held 16.5 GB while
-    TRL's subprocess grew, and the kernel's OOM killer ended the ``--matrix`` run (24 GB machine).
-    """
-    import ctypes
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def run_ours(work: dict[str, Any], model_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -525,7 +509,12 @@ def measure(args: argparse.Namespace, runtime: TrlRuntime | str | None,
             if args.rounds > 1:
                 print(f"round {k + 1} of {args.rounds}", flush=True)
             ours_rounds.append(run_ours(work, model_dir, root / f"ours{k}"))
-            release_memory()
+            # Our trainer ran in this process and kept what it freed (`retain_freed_memory`): after its
+            # 128-token real-model steps the process held 16.5 GB while TRL's subprocess grew, and the
+            # OOM killer ended the --matrix run (24 GB machine). Handed back before the next side runs.
+            from trainers.grpo.dist.heap import give_back_freed_memory
+
+            give_back_freed_memory()
             if rows is not None and isinstance(runtime, TrlRuntime):
                 trl_rounds.append(run_trl(work, model_dir, root / f"trl{k}", rows, runtime))
                 if trl_rounds[-1].get("error"):

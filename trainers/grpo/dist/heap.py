@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from typing import Any
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -31,16 +32,20 @@ TRIM_THRESHOLD = (1 << 31) - 1
 _FALLBACK_MMAP_THRESHOLD = 32 << 20
 
 
+def _libc_function(name: str) -> Any:
+    """glibc's ``name`` (``mallopt``, ``malloc_trim``), or None where the C library has none."""
+    lib = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(lib), name, None) if lib else None
+    except OSError:
+        return None
+
+
 def retain_freed_memory() -> str:
     """Raise glibc's mmap and trim thresholds for this process; returns what was done, for the banner."""
     if any(os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
         return "as MALLOC_*_THRESHOLD_ in the environment say"
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = getattr(libc, "mallopt", None)
-    except OSError:
-        mallopt = None
+    mallopt = _libc_function("mallopt")
     if mallopt is None:  # not glibc (macOS, musl without mallopt): the allocator is left as it is
         return "unchanged (not glibc)"
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
@@ -48,3 +53,17 @@ def retain_freed_memory() -> str:
         return "unchanged (glibc refused mallopt)"
     mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     return "keeps freed memory for reuse"
+
+
+def give_back_freed_memory() -> None:
+    """Collect garbage, then hand the heap's free memory back to the kernel (``malloc_trim``).
+
+    For a process that ran a trainer and goes on to something else (a benchmark's next side or
+    phase): with `retain_freed_memory` what the trainer freed stays resident otherwise.
+    """
+    import gc
+
+    gc.collect()
+    trim = _libc_function("malloc_trim")
+    if trim is not None:  # not glibc: nothing to trim
+        trim(0)
