@@ -69,6 +69,9 @@ PASS1_TARGET = 0.40
 GAIN_TARGET = 0.2
 """``--train --config`` of another task: its held-out pass@1 must rise by this much (issue 48)."""
 TRAIN_S_TARGET = 45 * 60
+KV_TOKENS = 40_960
+"""The evaluations' KV budget: 1.8 GB for SmolLM2-135M (46 KB a token), 36 rows of 1,024-token replies at
+once. Unbounded, 256 concurrent untrained replies of 1,024 tokens held up to 12 GB (issue 48's memory)."""
 CUT_TARGET = 0.05
 """At most this share of the evaluations' replies may be cut at ``max_tokens``: a cut reply scores 0,
 so an evaluation that cuts many counts brevity as accuracy."""
@@ -231,7 +234,7 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
 
 
 @contextlib.contextmanager
-def inprocess(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
+def inprocess(model_dir: Path, threads: int, seed: int, kv_tokens: int | None = None) -> Iterator[Any]:
     """An ``openai`` client on the engine in this process (an in-memory transport, no socket)."""
     import torch
 
@@ -241,7 +244,7 @@ def inprocess(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
 
     torch.set_num_threads(threads)
     model, tok = load_named_model(model_dir)  # the chat template vf-serve and vf-vllm pick for it
-    engine = InferenceEngine(model, tok, max_batch_size=256, seed=seed)
+    engine = InferenceEngine(model, tok, max_batch_size=256, seed=seed, max_kv_tokens=kv_tokens or None)
     try:
         yield inprocess_client(engine, [SERVED])
     finally:
@@ -255,14 +258,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
+def served(model_dir: Path, threads: int, seed: int, kv_tokens: int | None = None) -> Iterator[Any]:
     """An ``openai`` client on ``vf-serve`` in its own process on 127.0.0.1."""
     import openai
 
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "verifiers.cli.serve", str(model_dir), "--port", str(port), "--served-model-name",
-         SERVED, "--threads", str(threads), "--seed", str(seed), "--max-batch-size", "256", "--quiet"],
+         SERVED, "--threads", str(threads), "--seed", str(seed), "--max-batch-size", "256", "--quiet",
+         *(["--max-kv-tokens", str(kv_tokens)] if kv_tokens else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.time() + 300
@@ -283,17 +287,20 @@ def served(model_dir: Path, threads: int, seed: int) -> Iterator[Any]:
 ENGINES = ("serve", "inprocess", "vllm")
 
 
-def open_client(kind: str, model_dir: Path, threads: int, seed: int,
-                max_tokens: int) -> contextlib.AbstractContextManager[Any]:
-    """``serve`` (vf-serve), ``inprocess`` (the same engine, no socket) or ``vllm`` (vLLM's CPU build)."""
+def open_client(kind: str, model_dir: Path, threads: int, seed: int, max_tokens: int,
+                kv_tokens: int | None = None) -> contextlib.AbstractContextManager[Any]:
+    """``serve`` (vf-serve), ``inprocess`` (the same engine, no socket) or ``vllm`` (vLLM's CPU build).
+
+    ``kv_tokens``: our engine's KV-cache budget (``--max-kv-tokens``; vLLM sizes its own cache).
+    """
     if kind == "serve":
-        return served(model_dir, threads, seed)
+        return served(model_dir, threads, seed, kv_tokens)
     if kind == "vllm":
         from _vllm_engine import vllm_client
 
         return vllm_client(model_dir, SERVED, max_tokens)
     if kind == "inprocess":
-        return inprocess(model_dir, threads, seed)
+        return inprocess(model_dir, threads, seed, kv_tokens)
     raise SystemExit(f"real_model.py: unknown engine {kind!r}; pick from {', '.join(ENGINES)}")
 
 
@@ -327,7 +334,7 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
 
     engines = args.engines.split(",")
     for kind in engines:
-        with open_client(kind, model_dir, args.threads, args.seed, args.max_tokens) as client:
+        with open_client(kind, model_dir, args.threads, args.seed, args.max_tokens, args.max_kv_tokens) as client:
             asyncio.run(every_env(client, kind))
     for name in envs:  # every engine against the first one named
         pairs = {f"{engines[0]}~{k}": agree(out[name][engines[0]], out[name][k]) for k in engines[1:]}
@@ -359,7 +366,8 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     examples = 20 if args.quick else args.examples
 
     def held_out(path: Path) -> dict[str, Any]:
-        with open_client(args.eval_engine, path, args.threads, args.seed, args.max_tokens) as client:
+        with open_client(args.eval_engine, path, args.threads, args.seed, args.max_tokens,
+                         args.max_kv_tokens) as client:
             return asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
 
     before = held_out(model_dir)
@@ -471,6 +479,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=4, help="samples per problem at temperature 1.0")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--max-kv-tokens", type=int, default=KV_TOKENS,
+                    help="our engine's KV-cache budget in tokens (rows x longest prompt + max-tokens; 0: unbounded, "
+                         "as vf-serve's default); requests beyond it wait their turn")
     ap.add_argument("--threads", type=int, default=usable_cores(), help="torch threads of the engine")
     ap.add_argument("--engines", default="serve,inprocess",
                     help="baseline: a comma list of serve, inprocess, vllm (vLLM's CPU build; the vllm extra)")

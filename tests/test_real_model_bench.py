@@ -119,3 +119,27 @@ def test_another_recipe_s_task_is_evaluated_and_held_to_a_gain(bench: Any, tmp_p
     assert bench.is_default(bench.ROOT / "examples" / "configs" / ".." / "configs" / "arithmetic_smollm2.toml")
     assert not bench.is_default(recipe)
     assert bench.GAIN_TARGET == 0.2
+
+
+
+def test_the_evaluation_engine_holds_its_kv_cache_to_the_budget(bench: Any, tmp_path: Any, monkeypatch: Any) -> None:
+    """Memory (issue 48): the evaluations' engine is built with ``--max-kv-tokens``; 0 leaves it unbounded."""
+    from verifiers.inference.engine import InferenceEngine
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "tiny", TinyModelSpec(seed=0))
+    budgets: list[int] = []
+    original = InferenceEngine.__init__
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        budgets.append(self.max_kv_tokens)
+
+    monkeypatch.setattr(InferenceEngine, "__init__", recording)
+    for kv in (3000, 0):
+        with bench.inprocess(model_dir, threads=1, seed=0, kv_tokens=kv):
+            pass
+    assert budgets[0] == 3000
+    assert budgets[1] > 3000  # unbounded: max_batch_size x max_model_len
+    smollm2_kv_bytes = 2 * 30 * 3 * 64 * 4  # keys and values, 30 layers, 3 KV heads of 64, float32
+    assert bench.KV_TOKENS * smollm2_kv_bytes < 2 * 2**30  # the default keeps its evaluations' cache under 2 GB

@@ -86,3 +86,30 @@ print(json.dumps({"before": before, "during": during, "frozen": frozen, "collect
     assert out["during"] < out["before"] / 5
     assert out["collected"] >= 1  # what a step makes is still collected
     assert out["frozen_after"] == 0  # handed back: a later run's collector sees the finished run's objects
+
+
+def test_the_step_metrics_report_the_process_memory_and_its_peak() -> None:
+    """A run's memory is read from its metrics: 512 MiB written and freed shows in the peak, not in the current size."""
+    code = """
+import json
+from trainers.grpo.dist.heap import give_back_freed_memory, resident_memory_gb
+from trainers.grpo.data.feed import step_metrics
+start = resident_memory_gb()
+block = bytearray(512 << 20)  # zero pages are not resident: write one byte in each
+for i in range(0, len(block), 4096):
+    block[i] = 1
+held = resident_memory_gb()
+del block
+give_back_freed_memory()
+row = step_metrics(1, [0], {"gen_s": 0.0, "refills": 0.0}, 0.0, 0.0, 1.0)
+print(json.dumps({"start": start, "held": held, "row": row}))
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                                    check=True).stdout.strip().splitlines()[-1])
+    gb = 0.5
+    assert out["held"]["memory/peak_rss_gb"] - out["start"]["memory/peak_rss_gb"] >= 0.9 * gb
+    row = out["row"]
+    assert row["memory/peak_rss_gb"] >= out["held"]["memory/peak_rss_gb"]
+    if sys.platform.startswith("linux"):  # the current size: the freed block is gone from it
+        assert out["held"]["memory/rss_gb"] - out["start"]["memory/rss_gb"] >= 0.9 * gb
+        assert row["memory/rss_gb"] < out["held"]["memory/rss_gb"] - 0.5 * gb

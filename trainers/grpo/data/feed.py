@@ -14,6 +14,7 @@ from typing import Any
 from trainers.grpo.data.generator import BatchGenerator, RolloutBatch
 from trainers.grpo.data.scoring import ScoringFailures, stop_if_broken
 from trainers.grpo.data.store import ExperienceStore
+from trainers.grpo.dist.heap import resident_memory_gb
 from trainers.grpo.dist.ranks import Dist
 from verifiers.errors import ConfigError
 from verifiers.types import RolloutResult
@@ -24,7 +25,7 @@ COLUMNS = ("result", "reward")
 
 def step_metrics(version: int, versions: list[int], info: dict[str, float], t_train: float,
                  t_step: float, now: float) -> dict[str, float]:
-    """Staleness, the new policy version, timings and refills of a step that trained."""
+    """Staleness, the new policy version, timings, refills and this process's memory of a step that trained."""
     return {
         "staleness": float(max(0, version - 1 - min(versions))),
         "policy_version": float(version),
@@ -32,6 +33,7 @@ def step_metrics(version: int, versions: list[int], info: dict[str, float], t_tr
         "time/train_s": now - t_train,
         "time/step_s": now - t_step,
         "refills": info["refills"],
+        **resident_memory_gb(),
     }
 
 

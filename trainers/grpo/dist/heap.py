@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 from typing import Any
 
 _M_TRIM_THRESHOLD = -1
@@ -53,6 +54,36 @@ def retain_freed_memory() -> str:
         return "unchanged (glibc refused mallopt)"
     mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     return "keeps freed memory for reuse"
+
+
+def resident_memory_gb() -> dict[str, float]:
+    """This process's resident memory now and its peak so far, in GB (2**30 bytes), for the step's metrics.
+
+    Why logged: on a CPU the learner, the embedded engine and the allocator's kept pages share one
+    process, and its peak is what decides whether a run fits a machine (``memory/peak_rss_gb``). Read
+    from ``/proc/self/status``; where there is none (not Linux) the peak comes from ``getrusage``
+    and the current figure is left out.
+    """
+    found: dict[str, float] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    found[key] = int(value.split()[0]) / 2**20  # kB
+    except OSError:
+        pass
+    if "VmHWM" not in found:
+        try:
+            import resource
+        except ImportError:  # Windows: nothing to read cheaply
+            return {}
+        scale = 2**30 if sys.platform == "darwin" else 2**20  # bytes on macOS, kB on Linux
+        found["VmHWM"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+    out = {"memory/peak_rss_gb": round(found["VmHWM"], 3)}
+    if "VmRSS" in found:
+        out["memory/rss_gb"] = round(found["VmRSS"], 3)
+    return out
 
 
 def give_back_freed_memory() -> None:
