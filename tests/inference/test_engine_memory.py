@@ -264,3 +264,30 @@ def test_one_host_copy_per_decoding_step_on_a_fake_gpu(model_tok) -> None:
             _together(engine, mixed)
     decode_only = [n for has_new, n in per_step if not has_new]
     assert decode_only and max(decode_only) <= 1, per_step
+
+
+
+def test_on_a_cpu_the_default_budget_is_capped_by_the_available_ram(model_tok, monkeypatch) -> None:
+    """Uncapped, a server asked for many long replies grew its cache past the machine's RAM (12 GB for SmolLM2)."""
+    import psutil
+
+    from verifiers.inference.engine import kv_budget
+
+    model, tok = model_tok
+    real = kv_budget.available_ram_bytes()
+    assert real is not None and 0 < real <= psutil.virtual_memory().total  # Linux: MemAvailable
+    per = kv_budget.kv_bytes_per_token(model)
+    monkeypatch.setattr(kv_budget, "available_ram_bytes", lambda: 2 * 100 * per)  # half of it: 100 tokens
+    with InferenceEngine(model, tok, max_batch_size=256, max_model_len=64) as engine:
+        assert engine.max_kv_tokens == 100
+        outs = _together(engine, [([5, 6, 7], GREEDY) for _ in range(9)])  # 15 tokens a row at worst: 6 at once
+    assert all(len(o.outputs[0].token_ids) == 12 for o in outs)  # the rest waited their turn, none failed
+    assert engine.stats["max_batch"] == 6
+    monkeypatch.setattr(kv_budget, "available_ram_bytes", lambda: 1)  # never below one full-length row
+    with InferenceEngine(model, tok, max_batch_size=256, max_model_len=64) as engine:
+        assert engine.max_kv_tokens == 64
+    monkeypatch.setattr(kv_budget, "available_ram_bytes", lambda: 1 << 50)  # plenty: the worst case itself
+    with InferenceEngine(model, tok, max_batch_size=256, max_model_len=64) as engine:
+        assert engine.max_kv_tokens == 256 * 64
+    with InferenceEngine(model, tok, max_kv_tokens=123) as engine:  # an explicit budget is kept as given
+        assert engine.max_kv_tokens == 123

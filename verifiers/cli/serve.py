@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--logprobs-mode", choices=["raw", "processed"], default="raw")
     ap.add_argument("--max-kv-tokens", type=int, default=None,
                     help="KV-cache budget in tokens, counted as rows x longest (prompt + max_tokens); requests wait "
-                         "until they fit (default: max-batch-size x max-model-len, on a GPU at most half its free memory)")
+                         "until they fit (default: max-batch-size x max-model-len, at most half the free GPU memory, "
+                         "or on a CPU half the available RAM)")
     ap.add_argument("--max-prefill-tokens", type=int, default=8192,
                     help="new tokens one prefill forward may process; longer prompts are prefilled in chunks")
     ap.add_argument("--no-fast-decode", action="store_true",

@@ -51,7 +51,7 @@ class InferenceEngine:
     Memory: ``max_kv_tokens`` bounds the KV cache, counted densely as rows x the longest row's
     worst case (prompt + max_tokens); a request is admitted, first come first served, only when
     its rows fit next to the running ones (`verifiers.inference.engine.kv_budget`). ``None`` means
-    ``max_batch_size * max_model_len``, capped on a GPU to half the memory free at construction.
+    ``max_batch_size * max_model_len``, capped to half the memory available at construction (GPU memory, or RAM on a CPU).
     ``max_prefill_tokens`` bounds the new tokens one prefill forward processes (long prompts are
     prefilled in chunks). The cache is preallocated and written in place (`verifiers.inference.engine.kv.SlotKV`).
     An out-of-memory error fails only the newest request; the others continue.
