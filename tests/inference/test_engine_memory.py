@@ -274,19 +274,19 @@ def test_on_a_cpu_the_default_budget_is_capped_by_the_available_ram(model_tok, m
     from verifiers.inference.engine import kv_budget
 
     model, tok = model_tok
-    real = kv_budget.available_ram_bytes()
+    real = kv_budget.available_bytes()
     assert real is not None and 0 < real <= psutil.virtual_memory().total  # Linux: MemAvailable
     per = kv_budget.kv_bytes_per_token(model)
-    monkeypatch.setattr(kv_budget, "available_ram_bytes", lambda: 2 * 100 * per)  # half of it: 100 tokens
+    monkeypatch.setattr(kv_budget, "available_bytes", lambda: 2 * 100 * per)  # half of it: 100 tokens
     with InferenceEngine(model, tok, max_batch_size=256, max_model_len=64) as engine:
         assert engine.max_kv_tokens == 100
         outs = _together(engine, [([5, 6, 7], GREEDY) for _ in range(9)])  # 15 tokens a row at worst: 6 at once
     assert all(len(o.outputs[0].token_ids) == 12 for o in outs)  # the rest waited their turn, none failed
     assert engine.stats["max_batch"] == 6
-    monkeypatch.setattr(kv_budget, "available_ram_bytes", lambda: 1)  # never below one full-length row
+    monkeypatch.setattr(kv_budget, "available_bytes", lambda: 1)  # never below one full-length row
     with InferenceEngine(model, tok, max_batch_size=256, max_model_len=64) as engine:
         assert engine.max_kv_tokens == 64
-    monkeypatch.setattr(kv_budget, "available_ram_bytes", lambda: 1 << 50)  # plenty: the worst case itself
+    monkeypatch.setattr(kv_budget, "available_bytes", lambda: 1 << 50)  # plenty: the worst case itself
     with InferenceEngine(model, tok, max_batch_size=256, max_model_len=64) as engine:
         assert engine.max_kv_tokens == 256 * 64
     with InferenceEngine(model, tok, max_kv_tokens=123) as engine:  # an explicit budget is kept as given

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.errors import ConfigError
+from verifiers.models.host import available_bytes
 
 MEMORY_ENV = "VF_GGUF_MAX_MEMORY_GB"
 _MAGIC = b"GGUF"
@@ -203,21 +204,6 @@ def _implied_parameters(reader: Any, arch: str, vocab: int) -> int:
 
     width, ff, blocks = number("embedding_length"), number("feed_forward_length"), number("block_count")
     return vocab * width + blocks * (4 * width * width + 3 * width * ff)
-
-
-def available_bytes() -> int | None:
-    """Memory the machine can give now (MemAvailable), else its total; None when neither is known."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _check_memory(path: Path, need: int, parameters: int, dtype: str, max_memory_gb: float | None) -> None:

@@ -9,9 +9,10 @@ per-row lengths, which only a paged cache could honour.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
+
+from verifiers.models.host import available_bytes
 
 DEFAULT_PREFILL_TOKENS = 8192
 # Share of the memory available at construction (GPU memory, or RAM on a CPU) the default KV budget may take.
@@ -50,26 +51,11 @@ def default_kv_tokens(model: Any, device: Any, max_batch_size: int, max_model_le
         except Exception:  # no real CUDA runtime behind this device
             return tokens
     elif getattr(device, "type", None) == "cpu":
-        free = available_ram_bytes()
+        free = available_bytes()
     per = kv_bytes_per_token(model)
     if free is not None and per > 0:
         tokens = min(tokens, max(max_model_len, int(free * DEFAULT_MEMORY_FRACTION) // per))
     return tokens
-
-
-def available_ram_bytes() -> int | None:
-    """RAM the kernel could hand out now without swapping (Linux ``MemAvailable``), else free pages; None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # macOS has no SC_AVPHYS_PAGES; Windows no sysconf
-        return None
 
 
 @dataclass(slots=True)
