@@ -109,7 +109,8 @@ print(json.dumps({"start": start, "held": held, "row": row}))
     gb = 0.5
     assert out["held"]["memory/peak_rss_gb"] - out["start"]["memory/peak_rss_gb"] >= 0.9 * gb
     row = out["row"]
-    assert row["memory/peak_rss_gb"] >= out["held"]["memory/peak_rss_gb"]
+    # the peak stays (within the kernel's lazily synced per-thread RSS counters: a MB or so)
+    assert row["memory/peak_rss_gb"] >= out["held"]["memory/peak_rss_gb"] - 0.01
     if sys.platform.startswith("linux"):  # the current size: the freed block is gone from it
         assert out["held"]["memory/rss_gb"] - out["start"]["memory/rss_gb"] >= 0.9 * gb
         assert row["memory/rss_gb"] < out["held"]["memory/rss_gb"] - 0.5 * gb
