@@ -87,13 +87,10 @@ def measure(config: Path, steps: int, overrides: list[str], output_dir: Path) ->
         Measured(cfg, console=Console(file=io.StringIO())).train()
     parts = figures.pop("parts")
     figures |= {"weights_gb": parts["params_mb"], "optimizer_state_gb": parts["adam_mb"],
-                "gradients_gb": parts["grads_mb"],
-                "learner_step_peak_gb": max(s["tensor_peak_gb"] for s in figures["steps"]),
-                "peak_rss_gb": resident()["memory/peak_rss_gb"]}
+                "gradients_gb": parts["grads_mb"], "peak_rss_gb": resident()["memory/peak_rss_gb"]}
     # The first step's tensor peak includes AdamW's moments, which it creates; the others' do not.
-    later = [s["tensor_peak_gb"] for s in figures["steps"][1:]] or [figures["learner_step_peak_gb"]
-                                                                    - figures["optimizer_state_gb"]]
-    figures["learner_step_peak_gb"] = max(later)
+    peaks = [s["tensor_peak_gb"] for s in figures["steps"]]
+    figures["learner_step_peak_gb"] = max(peaks[1:]) if len(peaks) > 1 else peaks[0] - figures["optimizer_state_gb"]
     explained = (figures["libraries_gb"] + figures["setup_gb"] + figures["first_batch_gb"]
                  + figures["optimizer_state_gb"] + figures["learner_step_peak_gb"])
     figures["unexplained_gb"] = figures["peak_rss_gb"] - explained
