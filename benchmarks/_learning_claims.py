@@ -6,7 +6,7 @@ more *units*: a benchmark script with its arguments (one seed, one precision, on
 last stdout line (one JSON object) becomes rows of one table: config, seed, target, figure, met.
 
 Units take from a minute (the Quickstart's seeds) to an hour (the real model with a tool), about
-seven hours on 2 cores in all, so a run is resumable: each finished unit's JSON is kept in
+twelve hours on 2 cores in all, so a run is resumable: each finished unit's JSON is kept in
 ``--results DIR`` and a later ``--learning`` run reuses it (``--fresh`` reruns everything). A unit
 that failed or timed out is a row saying so, never a silent gap; a unit whose extra is not
 installed (vLLM) is a row saying what to install.
@@ -178,9 +178,10 @@ def units() -> list[Unit]:
     agent = [Unit(f"real_agent_seed{s}", "real_agent",
                   ("--train", "--seed", str(s), "--examples", "50", "--output_dir", f"runs/learning/real_agent_seed{s}"),
                   real_agent_rows, 2 * 3600) for s in range(3)]
-    agent.append(Unit("real_agent_program_seed0", "real_agent",
-                      ("--train", "--program", "--seed", "0", "--examples", "50", "--output_dir",
-                       "runs/learning/real_agent_program_seed0"), real_agent_rows, 2 * 3600))
+    # through the agent program on seeds 0-5: 0 was run while the recipe was made, 1-5 never were (issue 47)
+    agent += [Unit(f"real_agent_program_seed{s}", "real_agent",
+                   ("--train", "--program", "--seed", str(s), "--examples", "50", "--output_dir",
+                    f"runs/learning/real_agent_program_seed{s}"), real_agent_rows, 2 * 3600) for s in range(6)]
     return [*quick, *program_rl, *vllm, *real, *agent]
 
 

@@ -20,7 +20,8 @@ but on one seed instead of three.
 ``--learning`` reruns every learning figure the README and docs quote instead (the Quickstart on
 ten seeds in both precisions and at one thread, every example config on its seeds, RL through an
 agent program on seeds 0-5, the vLLM path against the embedded one, the real model's arithmetic
-and tool use on seeds 0-2; about seven hours on 2 cores, see ``_learning_claims.py``). Each unit's
+and tool use on seeds 0-2, its tool use through an agent program on seeds 0-5; about twelve hours
+on 2 cores, see ``_learning_claims.py``). Each unit's
 result is kept under ``--results`` (default ``runs/learning``) and reused by the next run, so the
 whole set can be finished over several sittings (``--fresh`` reruns all); the table (claim,
 config, seed, target, figure, met) is written to ``benchmarks/LEARNING.md`` and the JSON to
