@@ -4,8 +4,9 @@
     python benchmarks/fast_decode.py --sizes tiny --rounds 20
 
 One `InferenceEngine` per path over the same model object (llama, float32, CPU, one torch thread):
-the engine's own step with oneDNN-packed projection weights (the default), the same step with
-``packed_weights=False`` (``F.linear`` of the modules' weights), and ``fast_decode=False``
+the engine's own step with oneDNN-packed projection weights (``packed_weights=True``; by default the
+engine packs only where `verifiers.inference.engine.product_choice` measures it faster), the same
+step with ``packed_weights=False`` (``F.linear`` of the modules' weights), and ``fast_decode=False``
 (transformers' forward). Each round sends the trainer benchmark's batch (8 chat prompts x 8
 samples, exactly 16 new tokens each: ``min_tokens`` = ``max_tokens`` = 16, temperature 1) to each
 engine in turn, so a moment of load on this shared machine hits every path alike. Reported per
@@ -83,7 +84,7 @@ def measure(size: str, rounds: int) -> dict[str, Any]:
     prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
     sampled = SamplingParams(temperature=1.0, max_tokens=TOKENS, min_tokens=TOKENS, logprobs=True)
     greedy = SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True, logprobs=True)
-    engines = {"fast": InferenceEngine(model, tok, fast_decode=True).start(),
+    engines = {"fast": InferenceEngine(model, tok, fast_decode=True, packed_weights=True).start(),
                "plain": InferenceEngine(model, tok, fast_decode=True, packed_weights=False).start(),
                "transformers": InferenceEngine(model, tok, fast_decode=False).start()}
     try:

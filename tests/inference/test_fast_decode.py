@@ -60,7 +60,8 @@ def test_fast_decode_gives_transformers_tokens_and_logprobs(arch: str) -> None:
     model, tok = _model(arch)
     assert why_not(model) is None
     results = {}
-    paths = {"packed": {}, "plain": {"packed_weights": False}, "transformers": {"fast_decode": False}}
+    paths = {"packed": {"packed_weights": True}, "plain": {"packed_weights": False},
+             "transformers": {"fast_decode": False}}
     for path, kw in paths.items():
         with InferenceEngine(model, tok, **kw) as engine:
             assert (engine._decoder.fast is not None) is (path != "transformers")
@@ -87,7 +88,7 @@ def test_fast_decode_sees_weight_updates_at_once() -> None:
 
     with InferenceEngine(other, tok, fast_decode=False) as reference:
         expected = run(reference)
-    with InferenceEngine(model, tok) as engine:
+    with InferenceEngine(model, tok, packed_weights=True) as engine:  # packed: the copy must not go stale
         before = run(engine)
         engine.update_weights(other.state_dict())
         after = run(engine)
@@ -165,12 +166,12 @@ def test_a_lora_model_decodes_on_the_fast_path_with_peft_s_results() -> None:
     assert why_not(lora) is None
     with InferenceEngine(lora, tok, fast_decode=False) as reference:
         want = _greedy(reference, tok)
-    for kw in ({}, {"packed_weights": False}):
+    for kw in ({"packed_weights": True}, {"packed_weights": False}):
         with InferenceEngine(lora, tok, **kw) as engine:
             fast = engine._decoder.fast
             assert fast is not None and fast.lora and fast.model is model
             _same(_greedy(engine, tok), want)
-    with InferenceEngine(lora, tok) as engine:
+    with InferenceEngine(lora, tok, packed_weights=True) as engine:
         with torch.no_grad():  # a training step writes the adapters in place; the engine sees it at once
             for name, p in lora.named_parameters():
                 if "lora_A" in name:

@@ -1,6 +1,7 @@
 """Packed projection weights (`verifiers.inference.engine.projections`): same products, never stale.
 
-The engine's fast path multiplies by oneDNN-packed copies of the projection weights. A copy is
+The engine's fast path multiplies by oneDNN-packed copies of the projection weights (where
+measured faster, or when asked: these tests ask). A copy is
 only worth having if it gives the modules' own products and is rebuilt whenever the weights
 change in a way a user or the trainer changes them: under `paused` (the trainer's fused AdamW,
 which autograd's version counter does not see), an in-place edit, a replaced parameter.
@@ -14,7 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verifiers.inference.engine import InferenceEngine, projections  # noqa: E402
+from verifiers.inference.engine import InferenceEngine, fast_decode, projections  # noqa: E402
+from verifiers.inference.engine.product_choice import ProductChoice  # noqa: E402
 from verifiers.inference.engine.projections import ModuleProjections, PackedProjections  # noqa: E402
 from verifiers.inference.engine.sampling import SamplingParams  # noqa: E402
 from verifiers.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
@@ -62,9 +64,9 @@ def test_packed_products_are_the_modules_products(arch: str, shape: tuple[int, .
         torch.testing.assert_close(packed.head(x), plain.head(x), atol=1e-5, rtol=1e-5)
 
 
-def test_the_engine_decodes_with_packed_weights_by_default() -> None:
+def test_the_engine_decodes_with_packed_weights_when_asked_and_never_when_off() -> None:
     model, tok = _model()
-    with InferenceEngine(model, tok) as engine:
+    with InferenceEngine(model, tok, packed_weights=True) as engine:
         assert engine._decoder.fast.pack_reason is None
         engine.generate_sync(tok.encode("x"), GREEDY)
         assert isinstance(engine._decoder.fast.projections(), PackedProjections)
@@ -73,11 +75,27 @@ def test_the_engine_decodes_with_packed_weights_by_default() -> None:
         assert isinstance(engine._decoder.fast.projections(), ModuleProjections)
 
 
+@pytest.mark.parametrize("faster", [True, False])
+def test_by_default_the_engine_packs_where_packing_is_measured_faster(monkeypatch: pytest.MonkeyPatch,
+                                                                      faster: bool) -> None:
+    model, tok = _model()
+    verdict = ProductChoice(packed=faster, packed_ms=1.0 if faster else 2.0, plain_ms=1.5, use="inference", rows=64)
+    asked = []
+    monkeypatch.setattr(fast_decode, "choose", lambda lm, use: asked.append(use) or verdict)
+    with InferenceEngine(model, tok) as engine:
+        assert asked == ["inference"]
+        assert engine._decoder.fast.pack_reason == verdict.reason()
+        got = _served(engine, tok)
+        assert isinstance(engine._decoder.fast.projections(), PackedProjections if faster else ModuleProjections)
+    assert faster or "F.linear is as fast here" in engine._decoder.fast.pack_reason
+    _assert_same(got, _greedy(model, tok, packed_weights=True))  # either way, the same tokens
+
+
 def test_an_optimizer_step_under_pause_reaches_the_engine() -> None:
     """The trainer's update: fused AdamW (which leaves autograd's version counters alone) under `paused`."""
     model, tok = _model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
-    with InferenceEngine(model, tok) as engine:
+    with InferenceEngine(model, tok, packed_weights=True) as engine:
         before = _served(engine, tok)
         with engine.paused():
             loss = model(torch.tensor([tok.encode("packed weights")])).logits.logsumexp(-1).mean()
@@ -94,7 +112,7 @@ def test_an_optimizer_step_under_pause_reaches_the_engine() -> None:
 def test_edits_outside_a_pause_reach_the_engine(edit: str) -> None:
     model, tok = _model()
     other, _ = _model(seed=7)
-    with InferenceEngine(model, tok) as engine:
+    with InferenceEngine(model, tok, packed_weights=True) as engine:
         before = _served(engine, tok)
         pairs = list(zip(model.parameters(), other.parameters(), strict=True))
         if edit == "in-place":  # recorded by autograd's version counter
@@ -121,7 +139,7 @@ def test_a_model_over_the_size_limit_decodes_from_its_own_weights(monkeypatch: p
     monkeypatch.setattr(projections, "PACK_MAX_BYTES", 1000)
     reason = PackedProjections.unavailable(model)
     assert reason is not None and "packing copies them" in reason
-    with InferenceEngine(model, tok) as engine:
+    with InferenceEngine(model, tok, packed_weights=True) as engine:
         assert engine.fast_decoding and engine._decoder.fast.pack_reason == reason
         served = _served(engine, tok)
     monkeypatch.undo()
@@ -138,7 +156,7 @@ def test_the_engine_decodes_under_cpu_autocast_with_the_modules_products() -> No
     torch.manual_seed(0)
     model, tok = build_tiny_model(TinyModelSpec(hidden_size=64))
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
-    engine = InferenceEngine(model, tok)
+    engine = InferenceEngine(model, tok, packed_weights=True)
     run = engine._run
     engine._run = lambda: _autocast(run)  # the engine's thread runs under autocast
     with engine:

@@ -43,7 +43,7 @@ def test_fused_projections_give_each_module_its_own_gradient() -> None:
                                               num_attention_heads=4, num_key_value_heads=2))
     x = torch.randn(2, 6, 32)
     grads = {}
-    for name, proj in (("packed", learner_projections(model)), ("plain", ModuleProjections(model))):
+    for name, proj in (("packed", learner_projections(model, packed=True)), ("plain", ModuleProjections(model))):
         model.zero_grad()
         q, k, v = proj.qkv(0, x)
         (q.square().sum() + k.sum() + v.pow(3).sum() + proj.mlp(0, x).square().sum() + proj.o(0, q).sum()).backward()

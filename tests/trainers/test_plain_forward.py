@@ -51,10 +51,21 @@ def forced_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plain_forward, "why_not", lambda *_: "forced off by the test")
 
 
+def _measured(monkeypatch: pytest.MonkeyPatch, packed: bool) -> None:
+    """The learner's products as where packing was measured faster (an AMD EPYC) or not (an Intel Xeon)."""
+    from trainers.grpo.learn import packed_linear
+    from verifiers.inference.engine.product_choice import ProductChoice
+
+    verdict = ProductChoice(packed, 1.0 if packed else 2.0, 1.5, "trained", 512)
+    monkeypatch.setattr(packed_linear, "choose", lambda lm, use: verdict)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "F.linear"])
 @pytest.mark.parametrize("shared", [True, False], ids=["shared-prompt", "plain"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-def test_plain_forward_gives_transformers_logps_and_gradients(arch: str, shared: bool,
+def test_plain_forward_gives_transformers_logps_and_gradients(arch: str, shared: bool, packed: bool,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _measured(monkeypatch, packed)
     model = qwen3() if arch == "qwen3" else tiny(arch=arch)
     # prompts of different lengths (left padding in the prompt pass), completions of 1 to 11 tokens
     batch = make_batch(model.config.vocab_size, groups=3, group_size=4, shared=shared, seed=5, completion=(1, 12))
@@ -189,11 +200,13 @@ def _lora_everywhere(model: Any, dropout: float = 0.0) -> Any:
     return model
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "F.linear"])
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_lora_takes_the_plain_forward_with_peft_logps_and_adapter_gradients(arch: str,
+def test_lora_takes_the_plain_forward_with_peft_logps_and_adapter_gradients(arch: str, packed: bool,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """A LoRA run's learner adds the adapters' updates to the packed base products: peft's values,
-    and gradients on exactly the adapter weights (the base stays frozen), as peft's forward gives."""
+    """A LoRA run's learner adds the adapters' updates to the base products (packed or not): peft's
+    values, and gradients on exactly the adapter weights (the base stays frozen), as peft's forward gives."""
+    _measured(monkeypatch, packed)
     model = _lora_everywhere(qwen3() if arch == "qwen3" else tiny(arch="llama"))
     lm = plain_forward_lm(model)
     assert plain_forward.why_not(model, lm) is None
@@ -230,6 +243,12 @@ def test_lora_dropout_runs_in_the_plain_forward(monkeypatch: pytest.MonkeyPatch)
     assert not torch.allclose(torch.where(batch.loss_mask, c, 0.0), torch.where(batch.loss_mask, a, 0.0), atol=1e-4)
 
 
+@pytest.fixture
+def packing_pays(monkeypatch: pytest.MonkeyPatch) -> None:
+    _measured(monkeypatch, packed=True)
+
+
+@pytest.mark.usefixtures("packing_pays")
 def test_frozen_base_weights_are_packed_once_until_an_adapter_is_merged() -> None:
     """A LoRA run packs its frozen base weights once and reuses them; merging an adapter (peft writes
     ``.data``) repacks; trained weights are packed anew every time."""
@@ -254,6 +273,7 @@ def test_frozen_base_weights_are_packed_once_until_an_adapter_is_merged() -> Non
     torch.testing.assert_close(torch.where(mask, again, 0.0), torch.where(mask, before, 0.0), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("packing_pays")
 def test_micro_batches_of_one_optimizer_step_pack_the_weights_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside `packed_once` (the learner's micro-batch loop) the trained weights are packed once for
     every pass, and the gradients still reach them; after an optimizer step they are packed anew."""

@@ -1,11 +1,12 @@
 """The learner's projections as oneDNN products of packed weights, with autograd.
 
-Why: PyTorch's float32 ``F.linear`` and its backward reach 105-115 GFLOP/s a thread on our
-development machine (an AMD EPYC with AVX-512, where MKL's products run well below the chip's
-rate), while oneDNN's product of a prepacked weight reaches 250-270: the forward, the input's
-gradient and the weight's gradient of the 25M-parameter model's projections took 237 ms a layer
-with ``F.linear`` and 108 ms this way (one thread, 1,500 rows; `benchmarks/trainer_step.py`
-measures the whole step). `verifiers.inference.engine.projections.PackedProjections` does the same for
+Why: PyTorch's float32 ``F.linear`` and its backward reach 105-115 GFLOP/s a thread on an AMD
+EPYC with AVX-512 (where MKL's products run well below the chip's rate), while oneDNN's product of
+a prepacked weight reaches 250-270: the forward, the input's gradient and the weight's gradient of
+the 25M-parameter model's projections took 237 ms a layer with ``F.linear`` and 108 ms this way
+(one thread, 1,500 rows; `benchmarks/trainer_step.py` measures the whole step). On an Intel Xeon the
+two products run alike and the packing only costs, so `learner_projections` packs only where
+`verifiers.inference.engine.product_choice` measures it faster. `verifiers.inference.engine.projections.PackedProjections` does the same for
 the engine without autograd.
 
 `learner_projections` packs the weights as they are when it is made, together with their
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from verifiers.inference.engine.product_choice import choose
 from verifiers.inference.engine.projections import PackedProjections, pack, packed_product, projection_weights
 
 ROWS_HINT = 1024
@@ -77,9 +79,12 @@ _FROZEN: weakref.WeakKeyDictionary[Any, tuple[tuple[bool, ...], PackedProjection
 """The packed projections of models whose projection weights are all frozen (LoRA), kept across steps."""
 
 
-def learner_projections(lm: Any) -> PackedProjections | None:
+def learner_projections(lm: Any, packed: bool | None = None) -> PackedProjections | None:
     """``lm``'s projections as packed products with autograd, for the forward passes of one optimizer
-    step; None where they cannot be packed (`PackedProjections.unavailable`: ``F.linear`` then).
+    step; None where they cannot be packed (`PackedProjections.unavailable`) or, with ``packed`` None
+    (the default), are not measured faster on this machine (`product_choice`: on trained weights the
+    packing of weights, transposes and activations counts): ``F.linear`` then. ``packed=True`` packs
+    wherever it can.
 
     Trained weights change every step, so they are packed anew for each prompt pass. Frozen ones
     (a LoRA run's base model) are packed once and reused while `PackedProjections.fits` and no
@@ -87,9 +92,12 @@ def learner_projections(lm: Any) -> PackedProjections | None:
     does not record): packing SmolLM2-135M's projections and their transposes takes 0.6 s or more
     on 2 cores, a pass. The copy then stays in memory between steps (twice the projection weights).
     """
-    if PackedProjections.unavailable(lm) is not None:
+    if packed is False or PackedProjections.unavailable(lm) is not None:
         return None
-    if any(w.requires_grad for w in projection_weights(lm)):
+    trained = any(w.requires_grad for w in projection_weights(lm))
+    if packed is None and not choose(lm, "trained" if trained else "frozen").packed:
+        return None
+    if trained:
         if _STEP is None:
             return PackedProjections(lm, product=_Linear)
         kept = _STEP.setdefault(lm, {})

@@ -58,8 +58,9 @@ class InferenceEngine:
     ``fast_decode`` decodes Llama-family float32 models on a CPU without transformers' forward
     (`verifiers.inference.engine.fast_decode`, same outputs); other models always use their own forward.
     ``packed_weights`` lets that path multiply by oneDNN-packed copies of the projection weights
-    (`verifiers.inference.engine.projections`; about 2x faster products, one more copy of those weights in
-    memory, models up to 1 GiB of them). The copy is rebuilt after `paused` ends and after
+    (`verifiers.inference.engine.projections`: one more copy of those weights in memory, models up to 1 GiB
+    of them): True always, False never, None (the default) where they are measured faster on this
+    machine (`verifiers.inference.engine.product_choice`: 2-3x on an AMD EPYC, no gain on an Intel Xeon). The copy is rebuilt after `paused` ends and after
     `bump_version`, so edit shared weights under `paused` as `update_weights` does.
     On a CUDA GPU that path also runs float32 and bfloat16 weights, and ``cuda_graphs`` replays its
     decoding step from CUDA graphs (`verifiers.inference.engine.cuda_graphs`: one launch a step instead of
@@ -84,7 +85,7 @@ class InferenceEngine:
         max_kv_tokens: int | None = None,
         max_prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
         fast_decode: bool = True,
-        packed_weights: bool = True,
+        packed_weights: bool | None = None,
         cuda_graphs: bool = True,
         autocast: str | None = None,
     ) -> None:

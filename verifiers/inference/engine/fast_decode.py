@@ -32,6 +32,7 @@ from typing import Any
 
 from verifiers.inference.engine.lora import lora_base, with_lora
 from verifiers.inference.engine.lora import projection_ok as lora_projection_ok
+from verifiers.inference.engine.product_choice import choose
 from verifiers.inference.engine.projections import ModuleProjections, PackedProjections, Projections
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -98,19 +99,30 @@ def why_not(model: Any, projection_ok: Callable[[Any], bool] | None = None) -> s
     return None
 
 
+def _pack_reason(model: Any, packed: bool | None) -> str | None:
+    """Why the decoder multiplies by the modules' own weights (None: by packed copies)."""
+    if packed is False:
+        return "packed weights are off"
+    problem = PackedProjections.unavailable(model)
+    if problem is not None or packed:
+        return problem
+    return choose(model, "inference").reason()
+
+
 class FastDecoder:
     """``model``'s decoding step (one new token per row) on the engine's `SlotKV` cache.
 
     Build it with `FastDecoder.for_model`, which returns None where `why_not` objects.
 
-    ``packed``: run the projections from oneDNN-packed copies of the weights (`PackedProjections`,
-    2-3x faster matrix products on a CPU) where `PackedProjections.unavailable` has no objection
-    (``pack_reason`` says why not). The copy is rebuilt before the next forward once
+    ``packed``: run the projections from oneDNN-packed copies of the weights (`PackedProjections`)
+    where `PackedProjections.unavailable` has no objection: True always, None (the default) where
+    they are measured faster on this machine at this model's shapes (`product_choice`: 2-3x on an
+    AMD EPYC, none on an Intel Xeon), False never; ``pack_reason`` says why not. The copy is rebuilt before the next forward once
     `weights_changed` is called (the engine calls it when a pause ends and when the weight version
     goes up) or once a projection weight is replaced or written in place with autograd's knowledge.
     """
 
-    def __init__(self, model: Any, *, packed: bool = True) -> None:
+    def __init__(self, model: Any, *, packed: bool | None = None) -> None:
         base = lora_base(model)
         # A peft LoRA model runs as its base model's step with the adapters' updates added (`projections`).
         self.lora = base is not None
@@ -121,13 +133,13 @@ class FastDecoder:
         self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
         self.qk_norm = hasattr(model.model.layers[0].self_attn, "q_norm")
-        self.pack_reason = PackedProjections.unavailable(model) if packed else "packed weights are off"
+        self.pack_reason = _pack_reason(model, packed)
         self._plain = ModuleProjections(model)
         self._packed: PackedProjections | None = None
         self.rotary = RotaryTable(model.model.rotary_emb)
 
     @classmethod
-    def for_model(cls, model: Any, *, packed: bool = True) -> FastDecoder | None:
+    def for_model(cls, model: Any, *, packed: bool | None = None) -> FastDecoder | None:
         return cls(model, packed=packed) if why_not(model) is None else None
 
     def weights_changed(self) -> None:

@@ -48,7 +48,7 @@ class DecodeBatch:
         decode: Callable[[list[int]], str],
         stats: dict[str, int],
         fast_decode: bool = True,
-        packed_weights: bool = True,
+        packed_weights: bool | None = None,
         cuda_graphs: bool = True,
     ) -> None:
         import torch
