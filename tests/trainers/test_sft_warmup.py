@@ -238,8 +238,11 @@ def test_ctrl_c_during_the_warmup_exits_130_with_one_line(tmp_path: Path, vf_tra
     args = ["--model", "tiny", "--tiny_model.hidden_size", "32", "--env_id", "key-lookup",
             "--expert_data", str(EXPERT), "--sft_warmup_steps", "100000", "--sft_warmup_batch_size", "4",
             "--output_dir", str(tmp_path / "run"), "--progress", "false", "--torch_threads", "1"]
+    # Ctrl-C reaches vf-train as from a terminal even where this test runs in the background (`cmd &`
+    # starts it with SIGINT ignored, which a child inherits and Python then leaves ignored).
     proc = subprocess.Popen([*vf_train, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, env=subprocess_env)
+                            cwd=ROOT, env=subprocess_env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # the warm-up has started once it says so
