@@ -57,11 +57,10 @@ class InferenceEngine:
     An out-of-memory error fails only the newest request; the others continue.
     ``fast_decode`` decodes Llama-family float32 models on a CPU without transformers' forward
     (`verifiers.inference.engine.fast_decode`, same outputs); other models always use their own forward.
-    ``packed_weights`` lets that path multiply by oneDNN-packed copies of the projection weights
-    (`verifiers.inference.engine.projections`: one more copy of those weights in memory, models up to 1 GiB
-    of them): True always, False never, None (the default) where they are measured faster on this
-    machine (`verifiers.inference.engine.product_choice`: 2-3x on an AMD EPYC, no gain on an Intel Xeon). The copy is rebuilt after `paused` ends and after
-    `bump_version`, so edit shared weights under `paused` as `update_weights` does.
+    ``packed_weights``: that path multiplies by oneDNN-packed copies of the projection weights (one more
+    copy in memory, up to 1 GiB of them): True always, False never, None where measured faster here
+    (`verifiers.inference.engine.product_choice`: 2-3x on an AMD EPYC, no gain on an Intel Xeon). The copy
+    is rebuilt after `paused` ends and after `bump_version`: edit shared weights under `paused`.
     On a CUDA GPU that path also runs float32 and bfloat16 weights, and ``cuda_graphs`` replays its
     decoding step from CUDA graphs (`verifiers.inference.engine.cuda_graphs`: one launch a step instead of
     hundreds; weight updates in place reach the graphs); `decode_path` says what runs and why.
