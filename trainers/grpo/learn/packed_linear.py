@@ -6,8 +6,8 @@ a prepacked weight reaches 250-270: the forward, the input's gradient and the we
 the 25M-parameter model's projections took 237 ms a layer with ``F.linear`` and 108 ms this way
 (one thread, 1,500 rows; `benchmarks/trainer_step.py` measures the whole step). On an Intel Xeon the
 two products run alike and the packing only costs, so `learner_projections` packs only where
-`verifiers.inference.engine.product_choice` measures it faster. `verifiers.inference.engine.projections.PackedProjections` does the same for
-the engine without autograd.
+`verifiers.inference.engine.product_choice` measures it faster.
+`verifiers.inference.engine.projections.PackedProjections` does the same for the engine without autograd.
 
 `learner_projections` packs the weights as they are when it is made, together with their
 transposes (for the input's gradient), so one must be made after every optimizer step: the
