@@ -118,8 +118,9 @@ class FastDecoder:
     where `PackedProjections.unavailable` has no objection: True always, None (the default) where
     they are measured faster on this machine at this model's shapes (`product_choice`: 2-3x on an
     AMD EPYC, none on an Intel Xeon), False never; ``pack_reason`` says why not. The copy is
-    rebuilt before the next forward once `weights_changed` is called (the engine calls it when a pause ends and when the weight version
-    goes up) or once a projection weight is replaced or written in place with autograd's knowledge.
+    rebuilt before the next forward once `weights_changed` is called (the engine calls it when a
+    pause ends and when the weight version goes up) or once a projection weight is replaced or
+    written in place with autograd's knowledge.
     """
 
     def __init__(self, model: Any, *, packed: bool | None = None) -> None:
