@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 from verifiers.inference.engine.sampling import (  # noqa: E402
     RowSampling,
     batch_params,
+    gumbel_argmax,
     hashed_uniform,
     process_logits,
     sample,
@@ -53,6 +54,24 @@ def test_hashed_uniforms_are_float32_strictly_inside_zero_one() -> None:
     assert abs(float(u.mean()) - 0.5) < 0.02
     g = -torch.log(-torch.log(u))
     assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("vocab", [50, 20_000, 49_152])
+def test_noise_made_a_few_rows_at_a_time_picks_what_the_whole_batchs_noise_picks(vocab: int) -> None:
+    """The CPU path hashes rows in cache-sized chunks (one row at a time for a real vocabulary): the
+    tokens must be the full-batch Gumbel-max's, ties to the lowest id, -inf never chosen."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(9, vocab, generator=gen) * 3
+    logits[0, :] = 0.0  # all tied: the noise alone decides
+    logits[1, ::2] = float("-inf")
+    keys = torch.randint(-(2**40), 2**40, (9,), generator=gen)
+    u = hashed_uniform(keys, vocab)
+    expected = torch.argmax(logits + -torch.log(-torch.log(u)), dim=1)
+    chosen = gumbel_argmax(logits, keys)
+    assert torch.equal(chosen, expected)
+    assert int(chosen[1]) % 2 == 1
+    # one row alone draws what it drew in the batch
+    assert all(int(gumbel_argmax(logits[i : i + 1], keys[i : i + 1])[0]) == int(chosen[i]) for i in range(9))
 
 
 def test_batch_params_index_only_sampled_rows() -> None:
