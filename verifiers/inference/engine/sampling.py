@@ -181,11 +181,6 @@ _MIX1 = _to_signed(0xBF58476D1CE4E5B9)
 _MIX2 = _to_signed(0x94D049BB133111EB)
 
 
-def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
-    return (x >> k) & ((1 << (64 - k)) - 1)
-
-
 def hashed_uniform(keys: torch.Tensor, vocab: int) -> torch.Tensor:
     """``[B, vocab]`` float32 uniforms in (0, 1): splitmix64 of ``key * 2^20 + token id`` per row.
 
@@ -211,7 +206,7 @@ def hashed_uniform_at(keys: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     x.add_(_GOLDEN)
     t = torch.empty_like(x)
     for shift, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
-        torch.bitwise_right_shift(x, shift, out=t).bitwise_and_((1 << (64 - shift)) - 1)  # logical shift
+        torch.bitwise_right_shift(x, shift, out=t).bitwise_and_((1 << (64 - shift)) - 1)  # a logical shift: torch's >> is arithmetic
         x.bitwise_xor_(t)
         if mix is not None:
             x.mul_(mix)
@@ -226,10 +221,11 @@ CHUNK_ELEMENTS = 32_768
 def gumbel_argmax(logits: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """``argmax(logits + gumbel(keys, token ids))`` per row, the noise made a few rows at a time.
 
-    Why: the noise of every token of every row was most of a real model's decoding step on a CPU
-    (SmolLM2's 49,152 tokens x 58 rows: 47 ms, Gemma 3's 262,144 x 64: 650 ms), each of the hash's
-    dozen passes going out to memory. Rows of at most `CHUNK_ELEMENTS` values at a time keep it in
-    cache: the same values, 27 and 230 ms. (Computing the noise only for tokens that can win was
+    Why: the noise of every token of every row was a large part of a real model's decoding step on
+    a CPU, each of the hash's dozen passes going out to memory (64 rows, one thread: SmolLM2's
+    49,152 tokens 106 ms of a 0.4 s step, Gemma 3's 262,144 1.36 s). Rows of at most
+    `CHUNK_ELEMENTS` values at a time keep it in cache: the same values, 39 and 313 ms
+    (`benchmarks/seeded_sampling.py`). (Computing the noise only for tokens that can win was
     tried: a real model at temperature 1 leaves 25-45% of SmolLM2's vocabulary within the noise's
     range of its top token, and finding them cost more than it saved.)
     """
