@@ -35,25 +35,37 @@ def _boxed_or_text(text: str) -> str:
     return boxed if boxed is not None else text.strip()
 
 
+def _limit() -> int | None:
+    """math-verify's timeout here: its timeouts use SIGALRM, which only the main thread can use."""
+    if threading.current_thread() is threading.main_thread():
+        return _TIMEOUT_S
+    _quiet_timeout_notice()
+    return None
+
+
+def math_parse(text: str) -> list[Any]:
+    """math-verify's ``parse`` of ``text`` from any thread (a trainer scores off the main thread, where
+    math-verify's own timeout raises): what an environment reading numbers its own way should call."""
+    from math_verify import parse
+
+    return list(parse(text, parsing_timeout=_limit()))
+
+
 def math_equal(predicted: str, answer: str) -> bool:
     """True when ``predicted`` and ``answer`` are the same number / expression / set.
 
     Both strings are parsed with math-verify (LaTeX and plain expressions); when
     a side does not parse, falls back to an exact string comparison.
     """
-    from math_verify import parse, verify  # imported lazily: sympy is slow to import
+    from math_verify import verify  # imported lazily: sympy is slow to import
 
     predicted, answer = predicted.strip(), str(answer).strip()
     if not predicted:
         return False
-    # math-verify's timeouts use SIGALRM, which only works on the main thread.
-    limit = _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-    if limit is None:
-        _quiet_timeout_notice()
-    gold = parse(_wrap(answer), parsing_timeout=limit)
-    pred = parse(_wrap(predicted), parsing_timeout=limit)
+    gold = math_parse(_wrap(answer))
+    pred = math_parse(_wrap(predicted))
     if gold and pred:
-        return bool(verify(gold, pred, timeout_seconds=limit))
+        return bool(verify(gold, pred, timeout_seconds=_limit()))
     return predicted == answer
 
 
@@ -65,13 +77,10 @@ def reads_a_number(reply: str) -> bool:
     equation it scores by its right-hand side. A reply it reads as a number (or such an equation)
     has stated an answer; one it reads as symbols or nothing has not, whatever it says.
     """
-    from math_verify import parse
-
-    limit = _TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
     text = _boxed_or_text(reply)
     if not text:
         return False
-    values = parse(_wrap(text), parsing_timeout=limit)
+    values = math_parse(_wrap(text))
     if not values:
         return False
     value = values[0]

@@ -83,10 +83,10 @@ def read_boxed(text: str) -> str | None:
 def read_number(text: str) -> str | None:
     """The number math-verify reads in ``text``: its last box's, else the last one stated in the prose
     ("so the total is 12." gives ``12``); None when it reads no number."""
-    from math_verify import parse
+    from verifiers.rubrics.math_rubric import math_parse
 
     boxed = read_boxed(text)
-    values = parse(boxed if boxed is not None else vf.strip_markup(text))
+    values = math_parse(boxed if boxed is not None else vf.strip_markup(text))
     if len(values) < 2 or getattr(values[0], "is_number", isinstance(values[0], int | float)) is not True:
         return None
     return str(values[1])

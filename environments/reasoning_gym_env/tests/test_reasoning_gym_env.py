@@ -76,6 +76,24 @@ def test_the_number_format_reads_the_number_a_reader_sees_boxed_or_plain() -> No
     assert [by_id[i].metrics["answered"] for i in range(4)] == [1.0, 1.0, 0.0, 1.0]
 
 
+def test_the_number_format_scores_off_the_main_thread_where_a_trainer_scores() -> None:
+    """vf-train scores rewards on a worker thread, where math-verify's own timeout (SIGALRM) raises:
+    every rollout of a real run's first step failed so. Reading and scoring must work there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from reasoning_gym_env import read_number
+
+    env = load_environment(dataset="chain_sum", size=8, num_eval_examples=2, seed=3, answer_format="number")
+    rows = env.eval_dataset.rows
+    replies = [ScriptedReply(match=re.escape(r["question"][-200:]) + r"\Z", content=f"So it is {r['answer']}.")
+               for r in rows]
+    with ThreadPoolExecutor(1) as pool, ScriptedServer(ServerScript(replies=replies)) as srv:
+        assert pool.submit(read_number, "so the total is 12.").result() == "12"
+        out = pool.submit(env.evaluate, vf.make_client(srv.base_url, max_retries=0), "m", num_examples=2).result()
+    assert [r.reward for r in out.results] == [1.0, 1.0]
+    assert [r.metrics["answered"] for r in out.results] == [1.0, 1.0]
+
+
 def test_a_weighted_mix_is_scored_by_the_dataset_each_problem_came_from() -> None:
     env = load_environment(dataset={"chain_sum": 1, "spell_backward": 3}, size=40, num_eval_examples=8, seed=0)
     tasks = [r["task"] for r in env.dataset.rows]
