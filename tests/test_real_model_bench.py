@@ -8,6 +8,7 @@ mean what the docs say they mean.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -106,6 +107,33 @@ def test_cut_replies_that_repeat_themselves_are_told_from_those_that_needed_more
     results = [reply(loop, 0.0, cut=True), reply("Let me think step by step about 2 + 3. First", 0.0, cut=True),
                reply("5", 1.0)]
     assert bench.answer_figures(results)["cut_looping"] == 0.5
+
+
+def test_a_gain_up_to_the_constant_majority_reply_is_told_apart_from_the_task(bench: Any) -> None:
+    """A letter-counting run "gained" 0.35 by answering 1 to everything: the figures must show the
+    constant reply's score and pass@1 on the problems it does not solve."""
+    class Env:
+        dataset = SimpleNamespace(rows=[{"question": f"q{i}", "answer": a} for i, a in enumerate(["1", "1", "2", " 1", "3"])])
+
+    assert bench.majority_answer(Env()) == "1"
+
+    def scored(answer: str, reward: float) -> vf.RolloutResult:
+        r = reply("1", reward)
+        r.answer = answer
+        return r
+
+    says_one = [scored("1", 1.0), scored("1", 1.0), scored("2", 0.0), scored("3", 0.0)]
+    assert bench.prior_figures(says_one, "1") == {"majority_answer": "1", "majority_pass1": 0.5,
+                                                  "pass1_off_majority": 0.0}
+    counts = [scored("1", 1.0), scored("1", 0.0), scored("2", 1.0), scored("3", 0.0)]
+    assert bench.prior_figures(counts, "1")["pass1_off_majority"] == 0.5
+    assert bench.prior_figures(counts, None) == {"majority_answer": None, "majority_pass1": None,
+                                                 "pass1_off_majority": None}
+
+    class NoAnswers:
+        dataset = None
+
+    assert bench.majority_answer(NoAnswers()) is None
 
 
 def test_another_recipe_s_task_is_evaluated_and_held_to_a_gain(bench: Any, tmp_path: Any) -> None:
