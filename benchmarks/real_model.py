@@ -417,6 +417,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     after = held_out(out_dir / "final_model")
     print(f"after: {json.dumps(after)}", flush=True)
     steps = summary.steps
+    beats_majority = after["majority_pass1"] is None or after["pass1"] > after["majority_pass1"]
     if server:
         checks |= {"syncs_verified": sum("sync/probe_max_abs_diff" in r for r in rows), "steps_logged": len(rows),
                    "sync_probe_max": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=None)}
@@ -440,13 +441,13 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "majority_answer": after["majority_answer"], "majority_pass1": after["majority_pass1"],
         "pass1_off_majority_before": before["pass1_off_majority"],
         "pass1_off_majority_after": after["pass1_off_majority"],
-        "beats_majority": after["majority_pass1"] is None or after["pass1"] > after["majority_pass1"],
+        "beats_majority": beats_majority,
         # the arithmetic recipe: pass@1 >= 0.40 (issue 38); another task's recipe: a gain >= 0.2 (issue 48);
         # both above the constant majority reply
         "targets_met": ((after["pass1"] >= PASS1_TARGET if is_default(args.config) else after["pass1"] - before["pass1"]
                          >= GAIN_TARGET) and after["pass1"] > before["pass1"] and train_s <= TRAIN_S_TARGET
                         and before["cut"] <= CUT_TARGET and after["cut"] <= CUT_TARGET
-                        and (after["majority_pass1"] is None or after["pass1"] > after["majority_pass1"])
+                        and beats_majority
                         and (not server or (checks["served_equals_final"] and checks["syncs_verified"] == steps))),
     }
 
