@@ -219,7 +219,7 @@ CHUNK_ELEMENTS = 32_768
 
 
 def gumbel_argmax(logits: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """``argmax(logits + gumbel(keys, token ids))`` per row, the noise made a few rows at a time.
+    """``argmax(logits + gumbel(keys, token ids))`` per row, the noise made a few rows at a time on a CPU.
 
     Why: the noise of every token of every row was a large part of a real model's decoding step on
     a CPU, each of the hash's dozen passes going out to memory (64 rows, one thread: SmolLM2's
@@ -233,7 +233,8 @@ def gumbel_argmax(logits: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
     rows, vocab = logits.shape
     ids = torch.arange(vocab, dtype=torch.int64, device=logits.device).unsqueeze(0)
-    step = max(1, CHUNK_ELEMENTS // vocab)
+    # on a GPU one launch per operation for the whole batch: its memory keeps up, launches cost
+    step = max(1, CHUNK_ELEMENTS // vocab) if logits.device.type == "cpu" else max(rows, 1)
     out = [torch.argmax(_gumbel(hashed_uniform_at(keys[i : i + step].unsqueeze(1), ids)).add_(logits[i : i + step]),
                         dim=1) for i in range(0, rows, step)]
     return out[0] if len(out) == 1 else torch.cat(out)
@@ -270,10 +271,5 @@ def sample(
         else:
             pos = positions
         keys = p.seed_keys + pos.index_select(0, p.seeded_idx)
-        seeded = processed.index_select(0, p.seeded_idx)
-        if seeded.device.type == "cpu":
-            chosen = gumbel_argmax(seeded, keys)
-        else:  # one launch per operation, not per chunk: a GPU's memory keeps up
-            chosen = torch.argmax(seeded + _gumbel(hashed_uniform(keys, processed.shape[1])), dim=1)
-        out.index_copy_(0, p.seeded_idx, chosen)
+        out.index_copy_(0, p.seeded_idx, gumbel_argmax(processed.index_select(0, p.seeded_idx), keys))
     return out
