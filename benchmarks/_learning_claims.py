@@ -235,6 +235,12 @@ def run_unit(unit: Unit, results: Path, echo: Callable[[str], None] = print) -> 
     return record
 
 
+def not_run_yet(unit: Unit, results: Path) -> ClaimRow:
+    """The row of a unit with no kept result in ``results``, naming the command that fills it in."""
+    return ClaimRow(unit.name, "—", "—", "—", f"not run yet (python benchmarks/run_all.py --learning --only {unit.name}"
+                    f" --results {results})", None)
+
+
 def rows_of(unit: Unit, record: dict[str, Any]) -> list[ClaimRow]:
     """The unit's rows, each with the run's date; one row naming the failure when it gave no JSON."""
     if record.get("out") is None:
@@ -248,7 +254,12 @@ def rows_of(unit: Unit, record: dict[str, Any]) -> list[ClaimRow]:
 
 def run_learning(results: Path, only: list[str], fresh: bool, echo: Callable[[str], None] = print,
                  chosen: list[Unit] | None = None) -> tuple[list[ClaimRow], dict[str, Any]]:
-    """Every unit (or those in ``only``), reusing kept results unless ``fresh``; the rows and a summary."""
+    """Every unit (or those in ``only``), reusing kept results unless ``fresh``; the rows and a summary.
+
+    The table covers every unit whatever ``only`` says: a unit left out shows its kept result, or a
+    row saying it has not run yet, so a table filled in over several sittings is always whole and
+    never reads as if the units it lacks were not claimed.
+    """
     results.mkdir(parents=True, exist_ok=True)
     all_units = chosen if chosen is not None else units()
     unknown = sorted(set(only) - {u.name for u in all_units})
@@ -256,12 +267,17 @@ def run_learning(results: Path, only: list[str], fresh: bool, echo: Callable[[st
         raise SystemExit(f"run_all --learning: unknown unit(s) {', '.join(unknown)}; "
                          f"choose from {', '.join(u.name for u in all_units)}")
     todo = [u for u in all_units if not only or u.name in only]
+    chosen_names = {u.name for u in todo}
     rows: list[ClaimRow] = []
     ran, reused = [], []
     t0 = time.perf_counter()
-    for unit in todo:
+    for unit in all_units:
         path = results / f"{unit.name}.json"
-        record = json.loads(path.read_text()) if path.is_file() and not fresh else None
+        kept = json.loads(path.read_text()) if path.is_file() else None
+        if unit.name not in chosen_names:
+            rows += rows_of(unit, kept) if kept is not None else [not_run_yet(unit, results)]
+            continue
+        record = None if fresh else kept
         if record is not None and record.get("out") is not None:
             reused.append(unit.name)
         else:

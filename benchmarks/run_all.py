@@ -25,7 +25,8 @@ on 2 cores, see ``_learning_claims.py``). Each unit's
 result is kept under ``--results`` (default ``runs/learning``) and reused by the next run, so the
 whole set can be finished over several sittings (``--fresh`` reruns all); the table (claim,
 config, seed, target, figure, met) is written to ``benchmarks/LEARNING.md`` and the JSON to
-``--results``/learning.json, and is the last stdout line.
+``--results``/learning.json, and is the last stdout line. The table always lists every unit: with
+``--only``, the others show their kept results or a row saying they have not run yet.
 
 The table is rewritten in ``benchmarks/README.md`` between the ``<!-- run_all:begin -->`` and
 ``<!-- run_all:end -->`` markers; with ``--only``, rows of the benchmarks not run are kept as

@@ -12,9 +12,13 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-VENV=${VENV:-"$(mktemp -d)/venv"}
 PIN="$(mktemp)"
-trap 'rm -f "$PIN"' EXIT
+SCRATCH=""  # a virtualenv this run made itself: removed on exit (2-3 GB a run otherwise left in /tmp)
+if [[ -z "${VENV:-}" ]]; then
+    SCRATCH="$(mktemp -d)"
+    VENV="$SCRATCH/venv"
+fi
+trap 'rm -f "$PIN"; [[ -z "$SCRATCH" ]] || rm -rf "$SCRATCH"' EXIT
 echo "torch==2.13.0" >"$PIN"
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
 # shellcheck disable=SC1091

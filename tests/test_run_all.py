@@ -174,6 +174,23 @@ def test_learning_units_run_once_and_are_reused_until_fresh(claims: Any, tmp_pat
         claims.run_learning(tmp_path / "results", ["nope"], False, echoed.append, chosen=units)
 
 
+def test_a_partial_sitting_writes_the_whole_table(claims: Any, tmp_path: Path) -> None:
+    """``--only`` runs one unit, yet the table still shows every other unit: kept, or not run yet."""
+    units = [fake_unit(claims, tmp_path, "agent", REAL_AGENT), fake_unit(claims, tmp_path, "later", REAL_AGENT)]
+    claims.run_learning(tmp_path / "results", ["agent"], False, lambda _: None, chosen=units)
+    rows, summary = claims.run_learning(tmp_path / "results", ["agent"], False, lambda _: None, chosen=units)
+    assert (runs(tmp_path, "agent"), runs(tmp_path, "later")) == (1, 0)
+    assert summary["reused"] == ["agent"] and summary["ran"] == [] and summary["unknown"] == 1
+    assert [r.claim for r in rows] == ["a real model learns a tool", "later"]
+    assert rows[1].met is None and rows[1].figure.startswith("not run yet")
+    assert "--only later" in rows[1].figure
+    # once the other unit has run, a sitting on the first alone shows its kept result
+    claims.run_learning(tmp_path / "results", ["later"], False, lambda _: None, chosen=units)
+    rows, summary = claims.run_learning(tmp_path / "results", ["agent"], False, lambda _: None, chosen=units)
+    assert [r.met for r in rows] == [True, True] and summary["met"] == "2/2"
+    assert runs(tmp_path, "later") == 1
+
+
 def test_a_unit_whose_extra_is_missing_or_that_hangs_is_a_row_saying_so(claims: Any, tmp_path: Path) -> None:
     missing = fake_unit(claims, tmp_path, "needs", REAL_AGENT, needs="no_such_module_for_this_test")
     hang = tmp_path / "hang.py"
