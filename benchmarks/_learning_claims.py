@@ -237,8 +237,10 @@ def run_unit(unit: Unit, results: Path, echo: Callable[[str], None] = print) -> 
 
 def not_run_yet(unit: Unit, results: Path) -> ClaimRow:
     """The row of a unit with no kept result in ``results``, naming the command that fills it in."""
-    return ClaimRow(unit.name, "—", "—", "—", f"not run yet (python benchmarks/run_all.py --learning --only {unit.name}"
-                    f" --results {results})", None)
+    shown = results.resolve()
+    where = "" if shown == ROOT / "runs" / "learning" else f" --results {shown}"  # the default says nothing
+    return ClaimRow(unit.name, "—", "—", "—",
+                    f"not run yet (python benchmarks/run_all.py --learning --only {unit.name}{where})", None)
 
 
 def rows_of(unit: Unit, record: dict[str, Any]) -> list[ClaimRow]:
