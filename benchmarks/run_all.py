@@ -408,7 +408,8 @@ def learning(only: list[str], results: Path, fresh: bool, write: bool) -> int:
     (results / "learning.json").write_text(json.dumps(summary, indent=1))
     if write:
         LEARNING.write_text(f"# Learning claims\n\nWritten by `python benchmarks/run_all.py --learning` "
-                            f"({summary['met']} met; units reused from earlier sittings keep their dates).\n\n"
+                            f"({summary['met']} rows met, {len(summary['not_run_yet'])} units not run yet; units reused from "
+                            f"earlier sittings keep their dates).\n\n"
                             f"{text}\n")
         print(f"[run_all] learning table written to {LEARNING.relative_to(ROOT)}")
     print(json.dumps(summary))
