@@ -279,7 +279,9 @@ def run_learning(results: Path, only: list[str], fresh: bool, echo: Callable[[st
         if unit.name not in chosen_names:
             if kept is None:
                 waiting.append(unit.name)
-            rows += rows_of(unit, kept) if kept is not None else [not_run_yet(unit, results)]
+                rows.append(not_run_yet(unit, results))
+            else:
+                rows += rows_of(unit, kept)
             continue
         record = None if fresh else kept
         if record is not None and record.get("out") is not None:
@@ -290,7 +292,7 @@ def run_learning(results: Path, only: list[str], fresh: bool, echo: Callable[[st
             ran.append(unit.name)
         rows += rows_of(unit, record)
     met = [r.met for r in rows]
-    # a unit not asked for and never run is not a failure of this sitting: counted apart from "unknown"
+    # a unit not asked for and never run (one row each) is not a failure of this sitting: counted apart
     summary = {"rows": [asdict(r) for r in rows], "ran": ran, "reused": reused, "not_run_yet": waiting,
                "met": f"{sum(m is True for m in met)}/{len(met)}", "not_met": sum(m is False for m in met),
                "unknown": sum(m is None for m in met) - len(waiting), "elapsed_s": round(time.perf_counter() - t0, 1),
