@@ -222,15 +222,20 @@ def ends_in_a_loop(text: str, max_period: int = 200, repeats: int = 3, min_chars
 
 
 async def evaluate(client: Any, env: Any, examples: int, samples: int, max_tokens: int,
-                   concurrency: int) -> dict[str, Any]:
-    """pass@1, pass@k, mean reward, greedy accuracy, truncation and tokens/s on the evaluation split."""
+                   concurrency: int, temperature: float = 1.0, top_p: float = 1.0) -> dict[str, Any]:
+    """pass@1, pass@k, mean reward, greedy accuracy, truncation and tokens/s on the evaluation split.
+
+    ``temperature`` and ``top_p`` are the samples' (greedy is always temperature 0): training samples at
+    1.0 / 1.0, which an untrained small model drifts at; an evaluation may read it at a narrower setting.
+    """
     from _progress import Ticker
 
     from verifiers.eval.summary import summarize
 
     t = time.perf_counter()
     async with Ticker("sampling", examples * samples) as ticker:
-        sampled = await env.a_evaluate(client, SERVED, {"temperature": 1.0, "max_tokens": max_tokens},
+        sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_tokens}
+        sampled = await env.a_evaluate(client, SERVED, sampling,
                                        num_examples=examples, rollouts_per_example=samples,
                                        max_concurrent=concurrency, on_rollout=ticker)
     sampled_s = time.perf_counter() - t
@@ -352,12 +357,14 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
         envs[f"rg:{kw['dataset']}"] = load_env(name, kw)
     check_splits(envs[env_id], env_id)
     out: dict[str, Any] = {"model": str(model_dir), "examples": examples, "other_examples": others,
-                           "samples": args.samples, "max_tokens": args.max_tokens, "threads": args.threads}
+                           "samples": args.samples, "max_tokens": args.max_tokens, "threads": args.threads,
+                           "temperature": args.temperature, "top_p": args.top_p}
 
     async def every_env(client: Any, kind: str) -> None:  # one event loop per client (the in-process one needs it)
         for name, env in envs.items():
             n = examples if name == env_id else others
-            figures = await evaluate(client, env, n, args.samples, args.max_tokens, args.concurrency)
+            figures = await evaluate(client, env, n, args.samples, args.max_tokens, args.concurrency,
+                                     args.temperature, args.top_p)
             out.setdefault(name, {})[kind] = figures
             print(f"{name:14s} {kind:9s} {json.dumps(figures)}", flush=True)
 
@@ -397,7 +404,8 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     def held_out(path: Path) -> dict[str, Any]:
         with open_client(args.eval_engine, path, args.threads, args.seed, args.max_tokens,
                          args.max_kv_tokens) as client:
-            return asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
+            return asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency,
+                                        args.temperature, args.top_p))
 
     before = held_out(model_dir)
     print(f"before: {json.dumps(before)}", flush=True)
@@ -431,6 +439,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "accuracy_answered_before": before["accuracy_answered"], "boxed_before": before.get("boxed"),
         "boxed_after": after.get("boxed"),
         "accuracy_answered_after": after["accuracy_answered"], "max_tokens": args.max_tokens,
+        "temperature": args.temperature, "top_p": args.top_p,
         "eval_engine": args.eval_engine, "train_s": round(train_s, 1), "steps": steps,
         "s_per_step": round(train_s / max(steps, 1), 2),
         "generation_s": round(gen_s, 1), "learner_s": round(learn_s, 1),
@@ -484,7 +493,8 @@ def vllm_after_training(server: Any, final_model: Path, env: Any, examples: int,
     diff = served_equals_saved(server.base_url, SERVED, final_model, sequences)
     print(f"served vs final_model: max |logprob diff| {diff:.2e} over {sum(map(len, sequences))} tokens", flush=True)
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=3600)
-    after = asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency))
+    after = asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency,
+                                 args.temperature, args.top_p))
     print(f"after (vllm): {json.dumps(after)}", flush=True)
     return {"served_vs_final_max_abs_diff": diff, "served_equals_final": diff <= 1e-3, "after_vllm": after,
             "vllm_peak_rss_gb": vllm_rss}
@@ -512,8 +522,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--examples", type=int, default=100, help="evaluation problems per environment")
     ap.add_argument("--other-examples", type=int, default=None,
                     help="baseline: problems of the two other environments (default: --examples)")
-    ap.add_argument("--samples", type=int, default=4, help="samples per problem at temperature 1.0")
+    ap.add_argument("--samples", type=int, default=4, help="samples per problem (at --temperature)")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=1.0, help="the evaluation samples' temperature")
+    ap.add_argument("--top-p", type=float, default=1.0, help="the evaluation samples' nucleus (1.0: off)")
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--max-kv-tokens", type=int, default=KV_TOKENS,
                     help="our engine's KV-cache budget in tokens (rows x longest prompt + max-tokens; 0: unbounded, "

@@ -171,3 +171,26 @@ def test_the_evaluation_engine_holds_its_kv_cache_to_the_budget(bench: Any, tmp_
     assert budgets[1] > 3000  # unbounded: max_batch_size x max_model_len
     smollm2_kv_bytes = 2 * 30 * 3 * 64 * 4  # keys and values, 30 layers, 3 KV heads of 64, float32
     assert bench.KV_TOKENS * smollm2_kv_bytes < 2 * 2**30  # the default keeps its evaluations' cache under 2 GB
+
+
+async def test_the_evaluation_samples_at_the_asked_temperature_and_nucleus(bench: Any, tmp_path: Any,
+                                                                           monkeypatch: Any) -> None:
+    """``--temperature`` / ``--top-p`` reach the engine's sampler for the sampled replies, never the greedy
+    ones (issue 47: the untrained model is evaluated at top-p 0.9, where it ends its replies)."""
+    from verifiers.inference.engine import InferenceEngine
+    from verifiers.models.tiny import TinyModelSpec, save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "tiny", TinyModelSpec(seed=0))
+    asked: list[tuple[float, float]] = []
+    original = InferenceEngine.generate
+
+    async def recording(self: Any, prompt_ids: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append((params.temperature, params.top_p))
+        return await original(self, prompt_ids, params, *args, **kwargs)
+
+    monkeypatch.setattr(InferenceEngine, "generate", recording)
+    env = bench.load_env("arithmetic", {"num_train_examples": 8, "num_eval_examples": 4})
+    with bench.inprocess(model_dir, threads=1, seed=0, kv_tokens=4000) as client:
+        figures = await bench.evaluate(client, env, 3, 2, 8, 4, temperature=0.7, top_p=0.9)
+    assert figures["n"] == 6
+    assert set(asked) == {(0.7, 0.9), (0.0, 1.0)}
