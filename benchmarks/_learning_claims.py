@@ -167,15 +167,16 @@ def units() -> list[Unit]:
             Unit("vllm_vs_embedded_new_shapes", "vllm_train",
                  ("--seeds", "3", "--shapes", "h96x3", "h192x6", "--", "--num_generations", "16", "--learning_rate",
                   "1e-3"), vllm_rows, 4 * 3600, needs="vllm")]
-    # evaluated at top-p 0.9 (real_model.py's default since 2026-12-07): at 1.0 the untrained model drifts into
-    # text no limit ends (6.5-12% cut at 1,024 tokens, 10% at 2,048), at 0.9 it ends 98-100% by 1,024 (issue 47)
+    # evaluated at top-p 0.9 (real_model.py's default since 2026-12-07): at 1.0 the untrained model drifts
+    # into text no limit ends (6.5-12% cut at 1,024 tokens, 10% at 2,048); at 0.9 it ends 98-100% by 1,024
+    evals = ("--max-tokens", "1024", "--top-p", "0.9", "--examples", "50")
     real = [Unit(f"real_model_seed{s}", "real_model",
-                 ("--train", "--seed", str(s), "--max-tokens", "1024", "--top-p", "0.9", "--examples", "50",
-                  "--output_dir", f"runs/learning/real_model_seed{s}"), real_model_rows, 2 * 3600) for s in range(3)]
+                 ("--train", "--seed", str(s), *evals, "--output_dir", f"runs/learning/real_model_seed{s}"),
+                 real_model_rows, 2 * 3600) for s in range(3)]
     # the same recipe generating through vLLM (docs/models.md, issue 52)
     real += [Unit(f"real_model_vllm_seed{s}", "real_model",
-                  ("--train", "--vllm", "--seed", str(s), "--max-tokens", "1024", "--top-p", "0.9", "--examples",
-                   "50", "--output_dir", f"runs/learning/real_model_vllm_seed{s}"), real_model_rows, 2 * 3600, needs="vllm")
+                  ("--train", "--vllm", "--seed", str(s), *evals, "--output_dir",
+                   f"runs/learning/real_model_vllm_seed{s}"), real_model_rows, 2 * 3600, needs="vllm")
              for s in range(2)]
     agent = [Unit(f"real_agent_seed{s}", "real_agent",
                   ("--train", "--seed", str(s), "--examples", "50", "--output_dir", f"runs/learning/real_agent_seed{s}"),
