@@ -227,7 +227,7 @@ def ends_in_a_loop(text: str, max_period: int = 200, repeats: int = 3, min_chars
 
 
 async def evaluate(client: Any, env: Any, examples: int, samples: int, max_tokens: int,
-                   concurrency: int, temperature: float = 1.0, top_p: float = 1.0) -> dict[str, Any]:
+                   concurrency: int, *, temperature: float, top_p: float) -> dict[str, Any]:
     """pass@1, pass@k, mean reward, greedy accuracy, truncation and tokens/s on the evaluation split.
 
     ``temperature`` and ``top_p`` are the samples' (greedy is always temperature 0): training samples at
@@ -270,6 +270,12 @@ async def evaluate(client: Any, env: Any, examples: int, samples: int, max_token
         "wall_s": round(sampled_s + greedy_s, 1),
         "n": s.n,
     }
+
+
+async def evaluate_as_asked(client: Any, env: Any, examples: int, args: argparse.Namespace) -> dict[str, Any]:
+    """`evaluate` with the command line's samples, reply limit, concurrency and sampling."""
+    return await evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency,
+                          temperature=args.temperature, top_p=args.top_p)
 
 
 @contextlib.contextmanager
@@ -368,8 +374,7 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
     async def every_env(client: Any, kind: str) -> None:  # one event loop per client (the in-process one needs it)
         for name, env in envs.items():
             n = examples if name == env_id else others
-            figures = await evaluate(client, env, n, args.samples, args.max_tokens, args.concurrency,
-                                     args.temperature, args.top_p)
+            figures = await evaluate_as_asked(client, env, n, args)
             out.setdefault(name, {})[kind] = figures
             print(f"{name:14s} {kind:9s} {json.dumps(figures)}", flush=True)
 
@@ -409,8 +414,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     def held_out(path: Path) -> dict[str, Any]:
         with open_client(args.eval_engine, path, args.threads, args.seed, args.max_tokens,
                          args.max_kv_tokens) as client:
-            return asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency,
-                                        args.temperature, args.top_p))
+            return asyncio.run(evaluate_as_asked(client, env, examples, args))
 
     before = held_out(model_dir)
     print(f"before: {json.dumps(before)}", flush=True)
@@ -498,8 +502,7 @@ def vllm_after_training(server: Any, final_model: Path, env: Any, examples: int,
     diff = served_equals_saved(server.base_url, SERVED, final_model, sequences)
     print(f"served vs final_model: max |logprob diff| {diff:.2e} over {sum(map(len, sequences))} tokens", flush=True)
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0, timeout=3600)
-    after = asyncio.run(evaluate(client, env, examples, args.samples, args.max_tokens, args.concurrency,
-                                 args.temperature, args.top_p))
+    after = asyncio.run(evaluate_as_asked(client, env, examples, args))
     print(f"after (vllm): {json.dumps(after)}", flush=True)
     return {"served_vs_final_max_abs_diff": diff, "served_equals_final": diff <= 1e-3, "after_vllm": after,
             "vllm_peak_rss_gb": vllm_rss}
