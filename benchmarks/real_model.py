@@ -439,7 +439,7 @@ def train(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         checks |= {"syncs_verified": sum("sync/probe_max_abs_diff" in r for r in rows), "steps_logged": len(rows),
                    "sync_probe_max": max((r.get("sync/probe_max_abs_diff", 0.0) for r in rows), default=None)}
     return {
-        "seed": args.seed, "engine": "vllm" if server else "embedded", **checks,
+        "seed": args.seed, "config": args.config.name, "engine": "vllm" if server else "embedded", **checks,
         "pass1_before": before["pass1"], "pass1_after": after["pass1"],
         "pass4_before": before[f"pass{args.samples}"], "pass4_after": after[f"pass{args.samples}"],
         "greedy_before": before["greedy"], "greedy_after": after["greedy"],

@@ -8,8 +8,8 @@ downloaded at run time: every problem is generated from a seed.
 ``vf.load_environment("reasoning-gym", dataset="chain_sum", size=1000, seed=0, config={...})``
 builds one dataset; ``dataset={"chain_sum": 1, "basic_arithmetic": 2}`` (or a list of
 ``{"name", "weight", "config"}``) a weighted mix through reasoning-gym's composite dataset. The
-training split is generated from ``seed``, the evaluation split from a seed derived from it, and
-no evaluation question is a training question. The system prompt is reasoning-gym's own (it asks
+two splits are generated from seeds hashed from ``seed`` (`generator_seed`: reasoning-gym's own seeds
+s and s+1 share all but one problem), and no evaluation question is a training question. The system prompt is reasoning-gym's own (it asks
 for the answer inside ``<answer>...</answer>``), and the reward is the generating dataset's
 ``score_answer`` on that answer, read from the text a user sees (`vf.reply_text`).
 ``answer_format="boxed"`` asks for and reads the last ``\boxed{...}`` instead, and ``"number"`` (for
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,11 +46,23 @@ except ModuleNotFoundError as exc:
     raise ConfigError("the reasoning-gym environment needs the reasoning-gym package: "
                       "pip install 'verifiers[reasoning-gym]' (or pip install -e environments/reasoning_gym_env)") from None
 
-__all__ = ["available_datasets", "dataset_options", "load_environment", "read_answer", "read_boxed", "read_number"]
+__all__ = ["available_datasets", "dataset_options", "generator_seed", "load_environment", "read_answer", "read_boxed", "read_number"]
 
-EVAL_SEED_OFFSET = 1_000_003
-"""The evaluation split's generator seed is ``seed + EVAL_SEED_OFFSET`` (and its questions are then
-filtered against the training split's, so the two never share a problem)."""
+SPLITS = ("train", "eval")
+
+
+def generator_seed(seed: int, split: str) -> int:
+    """The reasoning-gym seed of ``split`` for the environment's ``seed``: a hash, not ``seed`` itself.
+
+    reasoning-gym draws item ``i`` of a dataset seeded ``s`` from ``Random(s + i)``, so datasets seeded 0
+    and 1 share all but one problem (19 of 20 on ``chain_sum``, ``leg_counting``, a mix): three seeds of
+    a run would train and evaluate on the same problems. Hashed, neighbouring seeds (and the two splits)
+    start about 2^30 items apart. 31 bits, as some generators seed numpy's legacy ``RandomState``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    digest = hashlib.sha256(f"verifiers/reasoning-gym/{split}/{int(seed)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
 _RESERVED = {"seed", "size"}  # set by the environment from its own arguments
 
 
@@ -199,12 +212,12 @@ def load_environment(
     if system_prompt is None and not boxed and prompt_style not in SYSTEM_PROMPTS:
         raise ConfigError(f"prompt_style must be one of {', '.join(SYSTEM_PROMPTS)}, got {prompt_style!r}")
     specs = mix_specs(dataset, config)
-    splits = {"train": _generate(specs, size, seed) if size else None}
+    splits = {"train": _generate(specs, size, generator_seed(seed, "train")) if size else None}
     train_rows = _rows(splits["train"], "train", list(range(size))) if size else []
     eval_rows: list[dict[str, Any]] = []
     if num_eval_examples:
         # generated with room to spare, then every question the training split has is dropped
-        spare = _generate(specs, 2 * num_eval_examples + 16, seed + EVAL_SEED_OFFSET)
+        spare = _generate(specs, 2 * num_eval_examples + 16, generator_seed(seed, "eval"))
         seen = {r["question"] for r in train_rows}
         keep: list[int] = []
         for i in range(len(spare)):

@@ -111,7 +111,12 @@ def test_splits_are_disjoint_and_fixed_by_the_seed() -> None:
     train = {r["question"] for r in a.dataset.rows}
     assert not train & {r["question"] for r in a.eval_dataset.rows}
     assert [r["question"] for r in a.eval_dataset.rows] == [r["question"] for r in b.eval_dataset.rows]
-    assert [r["question"] for r in a.dataset.rows] != [r["question"] for r in c.dataset.rows]
+    # neighbouring seeds give other problems, not the same ones shifted by one (reasoning-gym's own
+    # seeds s and s+1 share all but one item): three seeds of a run are three samples of the task
+    for split in ("dataset", "eval_dataset"):
+        seven = {r["question"] for r in getattr(a, split).rows}
+        eight = {r["question"] for r in getattr(c, split).rows}
+        assert len(seven & eight) <= 0.05 * len(seven), split
     # a problem space too small for both splits is refused, not silently overlapped
     tiny = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "allow_negation": False}
     with pytest.raises(ConfigError, match="problem space is too small"):
