@@ -194,3 +194,21 @@ async def test_the_evaluation_samples_at_the_asked_temperature_and_nucleus(bench
         figures = await bench.evaluate(client, env, 3, 2, 8, 4, temperature=0.7, top_p=0.9)
     assert figures["n"] == 6
     assert set(asked) == {(0.7, 0.9), (0.0, 1.0)}
+
+
+def test_copying_a_number_of_the_question_is_a_floor_the_gain_must_clear(bench: Any) -> None:
+    """A choice task's answer is one of the question's numbers: copying the last one scores without skill."""
+    def asked(question: str, answer: str, reward: float) -> vf.RolloutResult:
+        return vf.RolloutResult(example_id=0, prompt=[{"role": "system", "content": "Answer 7."},
+                                                      {"role": "user", "content": question}],
+                                completion=[{"role": "assistant", "content": answer}], answer=answer, reward=reward)
+
+    pick = "pick the largest number of the following candidates: {} {}"
+    results = [asked(pick.format("569,204,305.6", "569,204,311.663"), "569204311.663", 1.0),
+               asked(pick.format("569,204,305.6", "569,204,311.663"), "569204311.663", 1.0),  # a second sample
+               asked(pick.format("12.5", "3.0"), "12.5", 0.0),
+               asked(pick.format("1,000", "999"), "1000", 0.0),
+               asked("no number here", "4", 0.0)]
+    # four problems: the first number is right on two, the last on one; the system prompt's 7 is not the question
+    assert bench.echo_figures(results) == {"echo_first_pass1": 0.5, "echo_last_pass1": 0.25, "echo_pass1": 0.5}
+    assert bench.echo_figures([])["echo_pass1"] is None
