@@ -247,13 +247,19 @@ def run_unit(unit: Unit, results: Path, echo: Callable[[str], None] = print) -> 
 def not_run_yet(unit: Unit, results: Path) -> ClaimRow:
     """The row of a unit with no kept result in ``results``, naming the command that fills it in."""
     shown = results.resolve()
-    where = "" if shown == ROOT / "runs" / "learning" else f" --results {shown}"  # the default says nothing
+    where = "" if shown == HERE / "learning" else f" --results {shown}"  # the default says nothing
     return ClaimRow(unit.name, "—", "—", "—",
                     f"not run yet (python benchmarks/run_all.py --learning --only {unit.name}{where})", None)
 
 
 def rows_of(unit: Unit, record: dict[str, Any]) -> list[ClaimRow]:
-    """The unit's rows, each with the run's date; one row naming the failure when it gave no JSON."""
+    """The unit's rows, each with the run's date; one row naming the failure when it gave no JSON.
+
+    A record may hold its rows instead of the benchmark's JSON (``rows``): those carried over from
+    the table of a sitting whose JSON was kept only on the machine that ran it.
+    """
+    if record.get("out") is None and record.get("rows"):
+        return [ClaimRow(**r) for r in record["rows"]]
     if record.get("out") is None:
         return [ClaimRow(unit.name, "—", "—", "—", f"NOT RUN: {record.get('error')}", None, record.get("date", ""))]
     rows = unit.rows(record["out"])

@@ -22,7 +22,9 @@ ten seeds in both precisions and at one thread, every example config on its seed
 agent program on seeds 0-5, the vLLM path against the embedded one, the real model's arithmetic
 and tool use on seeds 0-2, its tool use through an agent program on seeds 0-5; about twelve hours
 on 2 cores, see ``_learning_claims.py``). Each unit's
-result is kept under ``--results`` (default ``runs/learning``) and reused by the next run, so the
+result is kept under ``--results`` (default ``benchmarks/learning``, in the repository: every session
+starts from a fresh clone, and a result kept only on the machine that ran it was lost with it; the
+units' logs there are not tracked) and reused by the next run, so the
 whole set can be finished over several sittings (``--fresh`` reruns all); the table (claim,
 config, seed, target, figure, met) is written to ``benchmarks/LEARNING.md`` and the JSON to
 ``--results``/learning.json, and is the last stdout line. The table always lists every unit: with
@@ -54,6 +56,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
 LEARNING = HERE / "LEARNING.md"
+RECORDS = HERE / "learning"  # each learning unit's kept result (tracked, so a fresh clone keeps them)
 BEGIN, END = "<!-- run_all:begin -->", "<!-- run_all:end -->"
 SHORTENED = {"agentic_learning"}  # runs that --quick cuts short (fewer RL steps than the recipe)
 COLUMNS = ("benchmark", "figure", "ours", "peer", "ratio", "target", "met", "date", "load", "settings")
@@ -423,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-readme", action="store_true", help="do not rewrite the table in benchmarks/README.md")
     ap.add_argument("--log-dir", type=Path, default=None, help="where each benchmark's output goes")
     ap.add_argument("--learning", action="store_true", help="rerun every learning claim instead (hours; resumable)")
-    ap.add_argument("--results", type=Path, default=ROOT / "runs" / "learning",
+    ap.add_argument("--results", type=Path, default=RECORDS,
                     help="--learning: where each unit's result is kept and reused")
     ap.add_argument("--fresh", action="store_true", help="--learning: rerun units that have a kept result")
     args = ap.parse_args(argv)

@@ -7,6 +7,9 @@ the markers, keeping the rows of benchmarks that were not rerun.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -190,6 +193,31 @@ def test_a_partial_sitting_writes_the_whole_table(claims: Any, tmp_path: Path) -
     rows, summary = claims.run_learning(tmp_path / "results", ["agent"], False, lambda _: None, chosen=units)
     assert [r.met for r in rows] == [True, True] and summary["met"] == "2/2"
     assert runs(tmp_path, "later") == 1
+
+
+def test_rows_carried_in_a_record_show_until_the_unit_reruns(claims: Any, tmp_path: Path) -> None:
+    """A record may carry its rows alone (a sitting whose JSON was lost): they show, and --only reruns it."""
+    unit = fake_unit(claims, tmp_path, "agent", REAL_AGENT)
+    carried = claims.ClaimRow("a real model learns a tool", "calculator_smollm2.toml", "1", "t", "success 0.9",
+                              True, "2026-12-01", 60.0)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "agent.json").write_text(json.dumps({"unit": "agent", "out": None, "error": None,
+                                                                   "rows": [dataclasses.asdict(carried)]}))
+    rows, summary = claims.run_learning(tmp_path / "results", ["other"], False, lambda _: None,
+                                        chosen=[unit, fake_unit(claims, tmp_path, "other", REAL_AGENT)])
+    assert rows[0] == carried and runs(tmp_path, "agent") == 0 and summary["not_run_yet"] == []
+    rows, _ = claims.run_learning(tmp_path / "results", ["agent"], False, lambda _: None, chosen=[unit])
+    assert runs(tmp_path, "agent") == 1 and "0.010 → 0.275 (warm-up) → 1.000" in rows[0].figure
+
+
+def test_the_learning_records_are_kept_in_the_repository(claims: Any) -> None:
+    """Each session starts from a fresh clone: results kept under runs/ (ignored) were lost with the machine."""
+    kept = claims.HERE / "learning"
+    assert any(kept.glob("*.json")), "benchmarks/learning/ holds the learning units' records"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(kept / "real_model_seed0.json")], cwd=claims.ROOT)
+    if ignored.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert ignored.returncode == 1  # tracked, not ignored
 
 
 def test_a_unit_whose_extra_is_missing_or_that_hangs_is_a_row_saying_so(claims: Any, tmp_path: Path) -> None:
