@@ -63,6 +63,8 @@ def generator_seed(seed: int, split: str) -> int:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     digest = hashlib.sha256(f"verifiers/reasoning-gym/{split}/{int(seed)}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
+
+
 _RESERVED = {"seed", "size"}  # set by the environment from its own arguments
 
 
