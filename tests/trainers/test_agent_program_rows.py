@@ -58,7 +58,7 @@ def program_run(tmp_path_factory: pytest.TempPathFactory, teach_conversation: An
         teach_conversation(model_dir, [
             {"role": "user", "content": "look up A"}, {"role": "assistant", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": "call_0", "content": "42"}, {"role": "assistant", "content": "42"}],
-            program_tools(), lr=3e-2, max_steps=400, tolerance=1e-2)
+            program_tools(), lr=1e-2, max_steps=400, tolerance=1e-2)  # 3e-2 oscillated (0.006 to 0.24) on another CPU
         cfg = load_config(None, {
             "model": str(model_dir), "env_id": "agent-lookup", "env_args": env_args, "temperature": 0.5,
             "output_dir": str(root / "run"), "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2,
