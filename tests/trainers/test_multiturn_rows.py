@@ -57,7 +57,7 @@ def multiturn_run(tmp_path_factory: pytest.TempPathFactory, teach_conversation: 
         from key_lookup import expert_episode
 
         episode = expert_episode(env.get_dataset().rows[0], env.oai_tools)
-        teach_conversation(model_dir, episode["messages"], episode["tools"], lr=3e-2, max_steps=400, tolerance=1e-2)
+        teach_conversation(model_dir, episode["messages"], episode["tools"], lr=1e-2, max_steps=400, tolerance=1e-2)
         cfg = load_config(None, {
             "model": str(model_dir), "env_id": "key-lookup", "env_args": env_args, "temperature": 0.5,
             "output_dir": str(root / "run"), "algorithm": "grpo", "prompts_per_step": 2, "num_generations": 2,
