@@ -92,9 +92,11 @@ def real_model_rows(out: dict[str, Any]) -> list[ClaimRow]:
     config = str(out.get("config") or "arithmetic_smollm2.toml")
     if config == "arithmetic_smollm2.toml":
         claim, target = "a real model learns arithmetic", "pass@1 ≥ 0.40, ≤ 5% cut, ≤ 45 min"
-    else:  # another task's recipe (issue 48): a held-out gain, above the constant commonest answer
-        claim, target = "a real model learns a reasoning-gym task", "pass@1 +0.2, above the commonest answer, ≤ 5% cut, ≤ 45 min"
-        figure += f"; the commonest answer scores {_f(out.get('majority_pass1'))}"
+    else:  # another task's recipe (issue 48): a held-out gain, above the commonest answer and copying
+        claim = "a real model learns a reasoning-gym task"
+        target = "pass@1 +0.2, above the commonest answer and copying the question's numbers, ≤ 5% cut, ≤ 45 min"
+        figure += (f"; the commonest answer scores {_f(out.get('majority_pass1'))}, copying "
+                   f"{_f(out.get('echo_pass1'))}")
     return [ClaimRow(claim + through, config, str(out.get("seed")), target, figure, out.get("targets_met"),
                      seconds=out.get("train_s"))]
 
